@@ -1,0 +1,3 @@
+from clover_cli.app import main
+
+main()

@@ -1,0 +1,107 @@
+"""The `clover` command: a Typer app whose subcommands live one per module.
+
+Subcommand modules import only typer and the standard library at module level (heavy imports
+happen inside the command), so shell completion never pays for numpy, numba or the Hub client.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from . import __version__
+from . import console
+from . import inspect_cmd, make_model_cmd
+
+app = typer.Typer(
+    name="clover",
+    help="Run Clover block-diffusion GGUF models locally: pull, run, serve, bench, inspect.",
+    no_args_is_help=False,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
+
+  clover inspect MODEL.gguf         what a GGUF holds and whether it fits this machine
+  clover make-model tiny.gguf       write a small synthetic Clover model to try things on
+
+Run `clover COMMAND --help` for the options of each command.
+"""
+
+
+def _git_sha() -> str:
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return "release"
+    try:
+        res = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=2
+        )
+        return res.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def version_string() -> str:
+    return f"clover {__version__} ({_git_sha()})"
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(version_string())
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def root(
+    ctx: typer.Context,
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version and exit."
+    ),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="More detail in logs and errors."),
+    no_color: bool = typer.Option(False, "--no-color", help="No colours (also NO_COLOR=1)."),
+) -> None:
+    """Run Clover block-diffusion GGUF models locally."""
+    console.set_options(verbose=verbose, no_color=no_color)
+    if ctx.invoked_subcommand is None:
+        typer.echo(GUIDE.format(version=__version__))
+        raise typer.Exit()
+
+
+app.command("inspect")(inspect_cmd.command)
+app.command("make-model")(make_model_cmd.command)
+
+
+def main() -> None:
+    """Entry point: one red line for errors we understand, tracebacks only with CLOVER_DEBUG=1."""
+    from runtime.errors import CloverError
+
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(encoding="utf-8", errors="replace")
+            except (ValueError, OSError):
+                pass
+    debug = os.environ.get("CLOVER_DEBUG") == "1"
+    try:
+        app()
+    except CloverError as exc:
+        if debug:
+            raise
+        console.print_error(exc.message, exc.hint)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if debug:
+            raise
+        console.print_error(f"internal error: {type(exc).__name__}: {exc}",
+                            "run again with CLOVER_DEBUG=1 to see the traceback")
+        sys.exit(1)

@@ -1,0 +1,354 @@
+"""The typed description of a Clover-architecture model, read from GGUF metadata.
+
+Every number comes from metadata (never from constants) so tiny test models and the real
+35B model run through the same code. The same module knows which tensors the architecture
+needs, with which shapes, and checks a file against that list before anything is loaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ModelFileError
+from .gguf_file import GGUFModelFile, TensorInfo
+
+SUPPORTED_ARCHITECTURES = ("clover-moe", "qwen35moe", "qwen3next")
+CLOVER_ONLY_SUFFIXES = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")
+CLOVER_RIGHT_TAPS = 3
+
+
+@dataclass(frozen=True)
+class DiffusionConfig:
+    """Block-diffusion settings stored in the file (our defaults where the vendor is silent)."""
+
+    block_length: int
+    threshold: float
+    shift_logits: bool
+    mask_token_id: int | None
+    keys_present: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of one hybrid Gated-DeltaNet / gated-attention MoE model."""
+
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    head_dim_v: int
+    rms_eps: float
+    rope_dim: int
+    rope_base: float
+    full_attention_interval: int
+    layer_is_attention: tuple[bool, ...]
+    ssm_k_heads: int
+    ssm_v_heads: int
+    ssm_state: int  # key (and value) dimension per GDN head
+    ssm_inner: int  # v_heads * v_dim
+    ssm_conv_kernel: int
+    n_expert: int
+    n_expert_used: int
+    expert_ff: int
+    shared_ff: int
+    n_vocab: int  # rows of the embedding (may be padded past the real tokens)
+    n_tokens: int  # entries in the tokenizer's vocabulary
+    context_length: int
+    diffusion: DiffusionConfig
+    name: str = ""
+
+    @property
+    def ssm_v_dim(self) -> int:
+        return self.ssm_inner // self.ssm_v_heads
+
+    @property
+    def ssm_conv_dim(self) -> int:
+        return 2 * self.ssm_k_heads * self.ssm_state + self.ssm_inner
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i, a in enumerate(self.layer_is_attention) if a]
+
+    @property
+    def gdn_layers(self) -> list[int]:
+        return [i for i, a in enumerate(self.layer_is_attention) if not a]
+
+    @property
+    def n_attention_layers(self) -> int:
+        return sum(self.layer_is_attention)
+
+    @property
+    def n_gdn_layers(self) -> int:
+        return self.n_layer - self.n_attention_layers
+
+
+def _get(meta: Mapping[str, Any], key: str, default: Any = None, *, required: bool = True) -> Any:
+    if key in meta:
+        return meta[key]
+    if default is not None or not required:
+        return default
+    raise ModelFileError(f"missing metadata key '{key}'")
+
+
+def _per_layer_scalar(value: Any, layers: list[int]) -> int:
+    """Some files store head counts per layer; take the value the given layers use."""
+    if isinstance(value, (list, np.ndarray)):
+        vals = {int(value[i]) for i in layers if int(value[i]) > 0}
+        if len(vals) > 1:
+            raise ModelFileError(f"per-layer head counts differ across layers: {sorted(vals)}")
+        return vals.pop() if vals else 0
+    return int(value)
+
+
+def _layer_kinds(meta: Mapping[str, Any], arch: str, n_layer: int, tensors: Mapping[str, Any]) -> tuple:
+    interval = meta.get(f"{arch}.full_attention_interval")
+    if interval is not None:
+        interval = int(interval)
+        return interval, tuple((i + 1) % interval == 0 for i in range(n_layer))
+    kinds = tuple(f"blk.{i}.attn_q.weight" in tensors or f"blk.{i}.attn_q_norm.weight" in tensors
+                  for i in range(n_layer))
+    return 0, kinds
+
+
+def config_from_metadata(meta: Mapping[str, Any], tensors: Mapping[str, TensorInfo]) -> ModelConfig:
+    """Build the typed description; raise ModelFileError naming what is missing or unknown."""
+    arch = meta.get("general.architecture")
+    if arch is None:
+        raise ModelFileError("missing metadata key 'general.architecture'")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelFileError(
+            f"unknown architecture '{arch}' (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+        )
+    n_layer = int(_get(meta, f"{arch}.block_count"))
+    interval, kinds = _layer_kinds(meta, arch, n_layer, tensors)
+    attn_layers = [i for i, a in enumerate(kinds) if a] or list(range(n_layer))
+    n_head = _per_layer_scalar(_get(meta, f"{arch}.attention.head_count"), attn_layers)
+    n_head_kv = _per_layer_scalar(_get(meta, f"{arch}.attention.head_count_kv", n_head), attn_layers)
+    n_embd = int(_get(meta, f"{arch}.embedding_length"))
+    head_dim = int(_get(meta, f"{arch}.attention.key_length", n_embd // max(n_head, 1)))
+    head_dim_v = int(_get(meta, f"{arch}.attention.value_length", head_dim))
+    emb = tensors.get("token_embd.weight")
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n_tokens = len(tokens) if tokens is not None else 0
+    n_vocab = emb.shape[0] if emb is not None and len(emb.shape) == 2 else n_tokens
+    if n_vocab == 0:
+        raise ModelFileError("cannot tell the vocabulary size: no token_embd.weight and no tokenizer tokens")
+    ssm_inner = int(_get(meta, f"{arch}.ssm.inner_size"))
+    ssm_v_heads = int(_get(meta, f"{arch}.ssm.time_step_rank"))
+    if ssm_v_heads <= 0 or ssm_inner % ssm_v_heads:
+        raise ModelFileError(f"bad GDN shape: inner size {ssm_inner} over {ssm_v_heads} value heads")
+    return ModelConfig(
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        head_dim_v=head_dim_v,
+        rms_eps=float(_get(meta, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_dim=int(_get(meta, f"{arch}.rope.dimension_count", head_dim)),
+        rope_base=float(_get(meta, f"{arch}.rope.freq_base", 10000.0)),
+        full_attention_interval=interval,
+        layer_is_attention=kinds,
+        ssm_k_heads=int(_get(meta, f"{arch}.ssm.group_count")),
+        ssm_v_heads=ssm_v_heads,
+        ssm_state=int(_get(meta, f"{arch}.ssm.state_size")),
+        ssm_inner=ssm_inner,
+        ssm_conv_kernel=int(_get(meta, f"{arch}.ssm.conv_kernel")),
+        n_expert=int(_get(meta, f"{arch}.expert_count")),
+        n_expert_used=int(_get(meta, f"{arch}.expert_used_count")),
+        expert_ff=int(_get(meta, f"{arch}.expert_feed_forward_length")),
+        shared_ff=int(_get(meta, f"{arch}.expert_shared_feed_forward_length", 0, required=False)),
+        n_vocab=n_vocab,
+        n_tokens=n_tokens,
+        context_length=int(_get(meta, f"{arch}.context_length")),
+        diffusion=diffusion_from_metadata(meta, arch),
+        name=str(meta.get("general.name", "")),
+    )
+
+
+DIFFUSION_DEFAULT_BLOCK = 32
+DIFFUSION_DEFAULT_THRESHOLD = 0.9
+
+
+def default_shift_logits(arch: str) -> bool:
+    """Decision (vendor silent): row r predicts position r+1 unless the file says otherwise."""
+    return arch in ("clover-moe", "qwen35moe", "qwen3next")
+
+
+def diffusion_from_metadata(meta: Mapping[str, Any], arch: str) -> DiffusionConfig:
+    """Read the diffusion keys, falling back to our documented defaults."""
+    keys = {
+        "block_length": (f"{arch}.diffusion.block_length", "diffusion.block_length"),
+        "threshold": (f"{arch}.diffusion.threshold", "diffusion.threshold"),
+        "shift_logits": (f"{arch}.diffusion.shift_logits", "diffusion.shift_logits"),
+    }
+    found: dict[str, Any] = {}
+    present: list[str] = []
+    for field_name, candidates in keys.items():
+        for key in candidates:
+            if key in meta:
+                found[field_name] = meta[key]
+                present.append(key)
+                break
+    mask = meta.get("tokenizer.ggml.mask_token_id")
+    if mask is not None:
+        present.append("tokenizer.ggml.mask_token_id")
+    return DiffusionConfig(
+        block_length=int(found.get("block_length", DIFFUSION_DEFAULT_BLOCK)),
+        threshold=float(found.get("threshold", DIFFUSION_DEFAULT_THRESHOLD)),
+        shift_logits=bool(found.get("shift_logits", default_shift_logits(arch))),
+        mask_token_id=int(mask) if mask is not None else None,
+        keys_present=tuple(present),
+    )
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor the architecture uses: its name, numpy shape, and whether it must be present."""
+
+    name: str
+    shape: tuple[int, ...]
+    required: bool = True
+
+
+def _alternatives(cfg: ModelConfig, i: int) -> list[list[TensorSpec]]:
+    """Groups of which exactly one variant must be present (fused vs split tensors)."""
+    h, p = cfg.n_embd, f"blk.{i}."
+    e, f = cfg.n_expert, cfg.expert_ff
+    groups = [[
+        [TensorSpec(p + "ffn_gate_exps.weight", (e, f, h)), TensorSpec(p + "ffn_up_exps.weight", (e, f, h))],
+        [TensorSpec(p + "ffn_gate_up_exps.weight", (e, 2 * f, h))],
+    ]]
+    if cfg.layer_is_attention[i]:
+        q = cfg.n_head * cfg.head_dim * 2
+        k = cfg.n_head_kv * cfg.head_dim
+        v = cfg.n_head_kv * cfg.head_dim_v
+        groups.append([
+            [TensorSpec(p + "attn_q.weight", (q, h)), TensorSpec(p + "attn_k.weight", (k, h)),
+             TensorSpec(p + "attn_v.weight", (v, h))],
+            [TensorSpec(p + "attn_qkv.weight", (q + k + v, h))],
+        ])
+    return groups  # type: ignore[return-value]
+
+
+def layer_specs(cfg: ModelConfig, i: int) -> list[TensorSpec]:
+    """The always-required tensors of layer i (variants are checked by `check_tensors`)."""
+    h, p = cfg.n_embd, f"blk.{i}."
+    e, f = cfg.n_expert, cfg.expert_ff
+    specs = [
+        TensorSpec(p + "attn_norm.weight", (h,)),
+        TensorSpec(p + "post_attention_norm.weight", (h,)),
+        TensorSpec(p + "ffn_gate_inp.weight", (e, h)),
+        TensorSpec(p + "ffn_down_exps.weight", (e, h, f)),
+    ]
+    if cfg.shared_ff:
+        s = cfg.shared_ff
+        specs += [
+            TensorSpec(p + "ffn_gate_inp_shexp.weight", (h,)),
+            TensorSpec(p + "ffn_gate_shexp.weight", (s, h)),
+            TensorSpec(p + "ffn_up_shexp.weight", (s, h)),
+            TensorSpec(p + "ffn_down_shexp.weight", (h, s)),
+        ]
+    if cfg.layer_is_attention[i]:
+        specs += [
+            TensorSpec(p + "attn_q_norm.weight", (cfg.head_dim,)),
+            TensorSpec(p + "attn_k_norm.weight", (cfg.head_dim,)),
+            TensorSpec(p + "attn_output.weight", (h, cfg.n_head * cfg.head_dim_v)),
+        ]
+    else:
+        nv = cfg.ssm_v_heads
+        specs += [
+            TensorSpec(p + "attn_qkv.weight", (cfg.ssm_conv_dim, h)),
+            TensorSpec(p + "attn_gate.weight", (cfg.ssm_inner, h)),
+            TensorSpec(p + "ssm_beta.weight", (nv, h)),
+            TensorSpec(p + "ssm_alpha.weight", (nv, h)),
+            TensorSpec(p + "ssm_dt.bias", (nv,)),
+            TensorSpec(p + "ssm_a", (nv,)),
+            TensorSpec(p + "ssm_conv1d.weight", (cfg.ssm_conv_dim, cfg.ssm_conv_kernel)),
+            TensorSpec(p + "ssm_norm.weight", (cfg.ssm_v_dim,)),
+            TensorSpec(p + "ssm_out.weight", (h, cfg.ssm_inner)),
+        ]
+    return specs
+
+
+def clover_only_specs(cfg: ModelConfig, i: int) -> list[TensorSpec]:
+    """Clover-only GDN preview tensors of layer i (our GGUF names; shapes of the bd_* are unknown)."""
+    p = f"blk.{i}."
+    return [
+        TensorSpec(p + "ssm_conv1d_right.weight", (cfg.ssm_conv_dim, CLOVER_RIGHT_TAPS)),
+        TensorSpec(p + "ssm_bd_scale", ()),
+        TensorSpec(p + "ssm_bd_hist_bias", ()),
+        TensorSpec(p + "ssm_bd_hist_c", ()),
+    ]
+
+
+def global_specs(cfg: ModelConfig) -> list[TensorSpec]:
+    h, v = cfg.n_embd, cfg.n_vocab
+    return [
+        TensorSpec("token_embd.weight", (v, h)),
+        TensorSpec("output_norm.weight", (h,)),
+        TensorSpec("output.weight", (v, h), required=False),
+    ]
+
+
+def _squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in shape if d != 1) or (1,)
+
+
+def _check_shape(spec: TensorSpec, info: TensorInfo) -> None:
+    if spec.shape and _squeeze(info.shape) != _squeeze(spec.shape):
+        raise ModelFileError(
+            f"tensor '{spec.name}' has shape {list(info.shape)}, expected {list(spec.shape)}"
+        )
+
+
+def check_tensors(cfg: ModelConfig, tensors: Mapping[str, TensorInfo]) -> None:
+    """Raise ModelFileError naming the first missing or mis-shaped tensor."""
+    specs = list(global_specs(cfg))
+    for i in range(cfg.n_layer):
+        specs += layer_specs(cfg, i)
+    for spec in specs:
+        info = tensors.get(spec.name)
+        if info is None:
+            if spec.required:
+                raise ModelFileError(f"missing tensor '{spec.name}'")
+            continue
+        _check_shape(spec, info)
+    for i in range(cfg.n_layer):
+        for group in _alternatives(cfg, i):
+            chosen = next((v for v in group if all(s.name in tensors for s in v)), None)
+            if chosen is None:
+                raise ModelFileError(f"missing tensor '{group[0][0].name}'")
+            for spec in chosen:
+                _check_shape(spec, tensors[spec.name])
+        if not cfg.layer_is_attention[i]:
+            right = clover_only_specs(cfg, i)[0]
+            if right.name in tensors:
+                _check_shape(right, tensors[right.name])
+
+
+def has_clover_tensors(cfg: ModelConfig, tensors: Mapping[str, TensorInfo]) -> bool:
+    """True when every GDN layer carries all Clover-only preview tensors."""
+    gdn = cfg.gdn_layers
+    return bool(gdn) and all(s.name in tensors for i in gdn for s in clover_only_specs(cfg, i))
+
+
+def supports_exact_diffusion(cfg: ModelConfig, tensors: Mapping[str, TensorInfo]) -> bool:
+    """Exact block diffusion needs the Clover-only tensors, a mask token and the diffusion keys."""
+    return has_clover_tensors(cfg, tensors) and cfg.diffusion.mask_token_id is not None and any(
+        k.endswith("diffusion.block_length") for k in cfg.diffusion.keys_present
+    )
+
+
+def describe(model: GGUFModelFile) -> ModelConfig:
+    """Typed description of an opened file, after checking every tensor it needs."""
+    cfg = config_from_metadata(model.metadata, model.tensors)
+    check_tensors(cfg, model.tensors)
+    return cfg
