@@ -1,0 +1,65 @@
+"""numba, imported with its compile cache in a writable per-user directory.
+
+numba reads NUMBA_CACHE_DIR when it is imported, and its default (next to the source file) is not
+writable in a site-packages install, so every kernel module imports numba through here: the first
+run compiles (seconds per kernel), later runs load the cached machine code (a fraction of a second).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+
+def kernel_cache_dir() -> Path:
+    """The platform's per-user cache directory for clover's compiled kernels."""
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return base / "clover" / "Cache" / "numba"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "clover" / "numba"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover" / "numba"
+
+
+def _sources_stamp() -> str:
+    """A short digest of this package's sources, naming the cache directory of this version.
+
+    numba checks only the modification time of the file defining a cached function, not of the
+    files its callees live in (the block decoders), so a changed decoder needs a fresh cache.
+    """
+    h = hashlib.sha1()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:12]
+
+
+def _configure() -> None:
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    path = kernel_cache_dir() / _sources_stamp()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # numba then falls back to its own choice; kernels still work, only uncached
+    os.environ["NUMBA_CACHE_DIR"] = str(path)
+
+
+_configure()
+
+import numba  # noqa: E402  (must follow the cache configuration)
+
+if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
+    numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # numba was imported before us
+
+njit = numba.njit
+prange = numba.prange
+
+
+def set_threads(n: int | None) -> int:
+    """Use `n` threads in the kernels (None: all numba allows); returns the number in use."""
+    limit = numba.config.NUMBA_NUM_THREADS
+    numba.set_num_threads(max(1, min(int(n or limit), limit)))
+    return numba.get_num_threads()
