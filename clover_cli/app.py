@@ -13,9 +13,7 @@ from pathlib import Path
 
 import typer
 
-from . import __version__
-from . import console
-from . import inspect_cmd, make_model_cmd
+from . import __version__, console, inspect_cmd, make_model_cmd
 
 app = typer.Typer(
     name="clover",
@@ -91,7 +89,7 @@ def main() -> None:
                 pass
     debug = os.environ.get("CLOVER_DEBUG") == "1"
     try:
-        app()
+        app(prog_name="clover")
     except CloverError as exc:
         if debug:
             raise

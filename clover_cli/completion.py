@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 SHELL_FILES = {"bash": "clover.bash", "zsh": "_clover", "fish": "clover.fish", "powershell": "clover.ps1"}
-_QUANT_RE = re.compile(r"[-.](?P<q>(?:UD-)?(?:I?Q[0-9]_[A-Z0-9_]+|Q[0-9]_[0-9K]|BF16|F16|F32))(?:-\d{5}-of-\d{5})?$",
-                       re.IGNORECASE)
+_QUANT_RE = re.compile(
+    r"[-.](?P<q>(?:UD-)?(?:I?Q[0-9]_[A-Z0-9_]+|Q[0-9]_[0-9K]|BF16|F16|F32))(?:-\d{5}-of-\d{5})?$",
+    re.IGNORECASE,
+)
 
 
 def render(shell: str) -> str:
@@ -85,7 +87,8 @@ def complete_model(incomplete: str) -> list[str]:
     for entry in entries:
         if not entry.name.startswith(prefix):
             continue
-        shown = str(entry) if str(folder) not in ("", ".") or incomplete.startswith("./") else entry.name
+        relative = str(folder) in ("", ".") and not incomplete.startswith("./")
+        shown = entry.name if relative else str(entry)
         if entry.is_dir():
             out.append(shown + os.sep)
         elif entry.name.lower().endswith(".gguf"):
@@ -94,6 +97,7 @@ def complete_model(incomplete: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "completions"
+    default = Path(__file__).resolve().parent.parent / "completions"
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     for p in write_all(target):
         print(p)

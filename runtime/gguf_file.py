@@ -107,17 +107,17 @@ class GGUFHeader:
     header_size: int
 
 
-def _tensor_nbytes(name: str, ggml_type: int, shape: tuple[int, ...]) -> int:
+def _tensor_nbytes(name: str, ggml_type: int, shape: tuple[int, ...], file: str = "file") -> int:
     if ggml_type not in GGML_TYPES:
-        raise ModelFileError(f"tensor '{name}' has unknown ggml type id {ggml_type}")
+        raise ModelFileError(f"{file}: tensor '{name}' has unknown ggml type id {ggml_type}")
     _, block, size = GGML_TYPES[ggml_type]
     n = 1
     for d in shape:
         n *= d
     if shape and shape[-1] % block:
         raise ModelFileError(
-            f"tensor '{name}' row length {shape[-1]} is not a multiple of the {GGML_TYPES[ggml_type][0]} "
-            f"block size {block}"
+            f"{file}: tensor '{name}' row length {shape[-1]} is not a multiple of the "
+            f"{GGML_TYPES[ggml_type][0]} block size {block}"
         )
     return n // block * size
 
@@ -232,7 +232,7 @@ def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> 
     header_size = cur.pos
     data_offset = (header_size + alignment - 1) // alignment * alignment
     tensors = [
-        TensorInfo(t, ty, shape, data_offset + off, _tensor_nbytes(t, ty, shape))
+        TensorInfo(t, ty, shape, data_offset + off, _tensor_nbytes(t, ty, shape, name))
         for t, ty, shape, off in raw_tensors
     ]
     if file_size is not None:
@@ -346,4 +346,20 @@ def open_gguf(path: str | Path) -> GGUFModelFile:
             if t.name in tensors:
                 raise ModelFileError(f"{p.name}: tensor '{t.name}' appears twice")
             tensors[t.name] = TensorInfo(t.name, t.ggml_type, t.shape, t.offset, t.n_bytes, shard)
+    _check_split(headers[0].metadata, paths, len(tensors))
     return GGUFModelFile(paths, headers, tensors, maps)
+
+
+def _check_split(meta: dict[str, Any], paths: list[Path], n_tensors: int) -> None:
+    """A split set must have as many shards and tensors as its first shard announces."""
+    count = meta.get("split.count")
+    if count is not None and int(count) != len(paths):
+        raise ModelFileError(
+            f"{paths[0].name}: split model has {int(count)} shards but {len(paths)} were found "
+            f"(expected names like *-00001-of-{int(count):05d}.gguf)"
+        )
+    expected = meta.get("split.tensors.count")
+    if expected is not None and int(expected) != n_tensors:
+        raise ModelFileError(
+            f"{paths[0].name}: split model lists {int(expected)} tensors but its shards hold {n_tensors}"
+        )

@@ -325,7 +325,9 @@ def check_tensors(cfg: ModelConfig, tensors: Mapping[str, TensorInfo]) -> None:
         for group in _alternatives(cfg, i):
             chosen = next((v for v in group if all(s.name in tensors for s in v)), None)
             if chosen is None:
-                raise ModelFileError(f"missing tensor '{group[0][0].name}'")
+                closest = max(group, key=lambda v: sum(s.name in tensors for s in v))
+                missing = next(s.name for s in closest if s.name not in tensors)
+                raise ModelFileError(f"missing tensor '{missing}'")
             for spec in chosen:
                 _check_shape(spec, tensors[spec.name])
         if not cfg.layer_is_attention[i]:
@@ -347,8 +349,27 @@ def supports_exact_diffusion(cfg: ModelConfig, tensors: Mapping[str, TensorInfo]
     )
 
 
+def check_quant_types(tensors: Mapping[str, TensorInfo]) -> None:
+    """Raise ModelFileError naming the first tensor stored in a type clover cannot compute with."""
+    from .quants import SUPPORTED_TYPES, type_name
+
+    for info in tensors.values():
+        if info.ggml_type not in SUPPORTED_TYPES:
+            supported = ", ".join(type_name(t) for t in sorted(SUPPORTED_TYPES))
+            raise ModelFileError(
+                f"tensor '{info.name}' has unsupported quant type {type_name(info.ggml_type)} "
+                f"(clover supports {supported})"
+            )
+
+
+def describe_tensors(meta: Mapping[str, Any], tensors: Mapping[str, TensorInfo]) -> ModelConfig:
+    """Typed description from a header alone (local or remote), after checking every tensor."""
+    cfg = config_from_metadata(meta, tensors)
+    check_tensors(cfg, tensors)
+    check_quant_types(tensors)
+    return cfg
+
+
 def describe(model: GGUFModelFile) -> ModelConfig:
     """Typed description of an opened file, after checking every tensor it needs."""
-    cfg = config_from_metadata(model.metadata, model.tensors)
-    check_tensors(cfg, model.tensors)
-    return cfg
+    return describe_tensors(model.metadata, model.tensors)

@@ -18,7 +18,8 @@ HEAVY = ("numpy", "numba", "gguf", "huggingface_hub")
 @pytest.mark.parametrize("shell", sorted(SHELL_FILES))
 def test_checked_in_scripts_are_current(shell: str) -> None:
     shipped = (ROOT / "completions" / SHELL_FILES[shell]).read_text(encoding="utf-8")
-    assert shipped == render(shell), f"completions/{SHELL_FILES[shell]} is stale: python -m clover_cli.completion"
+    stale = f"completions/{SHELL_FILES[shell]} is stale: run python -m clover_cli.completion"
+    assert shipped == render(shell), stale
 
 
 def test_powershell_script_leaves_user_settings_alone() -> None:

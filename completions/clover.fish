@@ -1,0 +1,1 @@
+complete --command clover --no-files --arguments "(env _CLOVER_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) clover)" --condition "env _CLOVER_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) clover"

@@ -1,0 +1,335 @@
+"""Will a model fit this machine? Byte arithmetic from the header alone, compared with free memory.
+
+Nothing here reads tensor data, so it works on a remote header or a sparse file. The estimate is
+per component (weights, KV cache of the full-attention layers, Gated DeltaNet state, compute
+buffers) so commands can show a llama.cpp-style breakdown and say what to change when it does not
+fit. `-c` (n_ctx) is per sequence; with `-np` parallel sequences every per-sequence part repeats.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+from .model_config import ModelConfig
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+DEFAULT_MARGIN = GiB
+DEFAULT_UBATCH = 512
+DEFAULT_CTX = 16384
+CACHE_TYPES = ("f16", "q8_0")
+TABLE_CONTEXTS = (4096, 16384, 32768, 65536, 131072)
+CTX_STEP = 256
+
+FITS = "fits"
+PAGING = "fits with paging"
+NO_FIT = "does not fit"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one configuration needs; `total` = weights + kv_cache + gdn_state + compute."""
+
+    n_ctx: int
+    n_parallel: int
+    cache_type: str
+    ubatch: int
+    weights: int
+    kv_cache: int
+    gdn_state: int
+    compute: int
+    kv_per_token: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.gdn_state + self.compute
+
+    @property
+    def without_weights(self) -> int:
+        """What must be resident even when mmap'd weights page from disk."""
+        return self.kv_cache + self.gdn_state + self.compute
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "total": self.total}
+
+
+class GpuMemory(NamedTuple):
+    name: str
+    total: int
+    free: int
+
+
+@dataclass(frozen=True)
+class SystemMemory:
+    ram_total: int
+    ram_available: int
+    gpus: list[GpuMemory] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ram_total": self.ram_total, "ram_available": self.ram_available,
+                "gpus": [g._asdict() for g in self.gpus]}
+
+
+@dataclass(frozen=True)
+class FitVerdict:
+    """`verdict` is one of "fits", "fits with paging", "does not fit"; `advice` lines say what to change."""
+
+    verdict: str
+    message: str
+    advice: list[str]
+    needed: int
+    available: int
+    gpu_notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict != NO_FIT
+
+    @property
+    def hint(self) -> str | None:
+        """The advice as one line, for CloverError's hint."""
+        return "try " + "; or ".join(self.advice) if self.advice else None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _cache_row_bytes(n: int, cache_type: str) -> int:
+    if cache_type == "f16":
+        return 2 * n
+    if cache_type == "q8_0":
+        return -(-n // 32) * 34  # blocks of 32 values: 32 int8 + one f16 scale
+    raise ValueError(f"unknown cache type {cache_type!r} (use one of {', '.join(CACHE_TYPES)})")
+
+
+def kv_bytes_per_token(cfg: ModelConfig, cache_type: str = "f16") -> int:
+    """K and V of every full-attention layer for one token (GDN layers keep no per-token cache).
+
+    One cache row per layer holds all KV heads (as in llama.cpp), so q8_0 blocks span heads.
+    """
+    per_layer = (_cache_row_bytes(cfg.n_head_kv * cfg.head_dim, cache_type)
+                 + _cache_row_bytes(cfg.n_head_kv * cfg.head_dim_v, cache_type))
+    return cfg.n_attention_layers * per_layer
+
+
+def gdn_state_bytes(cfg: ModelConfig) -> int:
+    """One sequence's recurrent state (f32 v_heads x k_dim x v_dim per layer) plus its conv ring."""
+    state = cfg.ssm_v_heads * cfg.ssm_state * cfg.ssm_v_dim * 4
+    ring = max(cfg.ssm_conv_kernel - 1, 0) * cfg.ssm_conv_dim * 4
+    return cfg.n_gdn_layers * (state + ring)
+
+
+def _activation_bytes(cfg: ModelConfig, rows: int, kv_len: int) -> int:
+    """f32 activations alive while one layer processes `rows` tokens against `kv_len` cached ones."""
+    h = cfg.n_embd
+    residual = 3 * rows * h  # residual stream, normed input, layer output
+    attn = rows * (2 * cfg.n_head * cfg.head_dim + cfg.n_head_kv * (cfg.head_dim + cfg.head_dim_v)
+                   + cfg.n_head * cfg.head_dim_v)
+    attn += rows * cfg.n_head * kv_len  # attention scores, all heads at once (no flash attention)
+    gdn = rows * (2 * cfg.ssm_conv_dim + 2 * cfg.ssm_inner + 2 * cfg.ssm_v_heads)
+    moe = rows * (cfg.n_expert + cfg.n_expert_used * (2 * cfg.expert_ff + h) + 2 * cfg.shared_ff)
+    return 4 * (residual + max(attn, gdn) + moe)
+
+
+def _scratch_bytes(cfg: ModelConfig) -> int:
+    """One dequantized f32 copy of the largest per-layer matrix (kernels that cannot fuse)."""
+    h = cfg.n_embd
+    rows_cols = (2 * cfg.n_head * cfg.head_dim * h, cfg.ssm_conv_dim * h, h * cfg.n_head * cfg.head_dim_v,
+                 h * cfg.ssm_inner, cfg.expert_ff * h)
+    return 4 * max(rows_cols)
+
+
+def compute_bytes(cfg: ModelConfig, n_ctx: int, n_parallel: int = 1, ubatch: int = DEFAULT_UBATCH) -> int:
+    """Largest of a prefill chunk and a diffusion block (one per sequence), each with its logits.
+
+    A prefill chunk keeps logits for its last row per sequence; a diffusion block scores every row.
+    """
+    block = cfg.diffusion.block_length
+    prefill_rows = max(1, min(ubatch, n_ctx * n_parallel))
+    prefill = _activation_bytes(cfg, prefill_rows, n_ctx) + n_parallel * cfg.n_vocab * 4
+    block_rows = block * n_parallel
+    diffusion = _activation_bytes(cfg, block_rows, n_ctx) + block_rows * cfg.n_vocab * 4
+    return max(prefill, diffusion) + _scratch_bytes(cfg)
+
+
+def estimate(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = "f16",
+             ubatch: int = DEFAULT_UBATCH) -> MemoryEstimate:
+    """Bytes needed to run `cfg` with `n_parallel` sequences of `n_ctx` tokens each."""
+    if n_ctx < 1 or n_parallel < 1:
+        raise ValueError("n_ctx and n_parallel must be positive")
+    per_token = kv_bytes_per_token(cfg, cache_type)
+    return MemoryEstimate(
+        n_ctx=n_ctx, n_parallel=n_parallel, cache_type=cache_type, ubatch=ubatch,
+        weights=int(weight_bytes),
+        kv_cache=per_token * n_ctx * n_parallel,
+        gdn_state=gdn_state_bytes(cfg) * n_parallel,
+        compute=compute_bytes(cfg, n_ctx, n_parallel, ubatch),
+        kv_per_token=per_token,
+    )
+
+
+def parse_nvidia_smi(text: str) -> list[GpuMemory]:
+    """Rows of `nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.rsplit(",", 2)]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            gpus.append(GpuMemory(parts[0], int(parts[1]) * MiB, int(parts[2]) * MiB))
+    return gpus
+
+
+def nvidia_gpus(timeout: float = 3.0) -> list[GpuMemory]:
+    """Visible NVIDIA GPUs; an empty list when nvidia-smi is missing, slow or failing."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        res = subprocess.run(
+            [exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=timeout,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_nvidia_smi(res.stdout) if res.returncode == 0 else []
+
+
+def probe_system(*, gpus: bool = True) -> SystemMemory:
+    """RAM from psutil and, where nvidia-smi exists, each GPU's free memory."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return SystemMemory(int(vm.total), int(vm.available), nvidia_gpus() if gpus else [])
+
+
+def gib(n: float) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN) -> FitVerdict:
+    """Compare an estimate with available RAM: resident, paging weights through mmap, or not at all."""
+    avail = system.ram_available
+    if est.total + margin <= avail:
+        verdict, needed = FITS, est.total
+        message = f"fits: needs {gib(est.total)} of {gib(avail)} available RAM (1 GiB margin)"
+    elif est.without_weights + margin <= avail:
+        verdict, needed = PAGING, est.total
+        message = (f"fits with paging: needs {gib(est.total)} but {gib(avail)} RAM is available; "
+                   f"weights ({gib(est.weights)}) page from disk through mmap, so generation is slow")
+    else:
+        verdict, needed = NO_FIT, est.without_weights
+        message = (f"does not fit: KV cache, state and compute alone need {gib(est.without_weights)} "
+                   f"of {gib(avail)} available RAM")
+    advice: list[str] = []
+    if verdict != FITS:
+        if est.weights >= est.without_weights:
+            advice.append(f"a smaller quant: the weights alone are {gib(est.weights)}")
+        if est.n_parallel > 1:
+            advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
+        if est.cache_type == "f16" and est.kv_cache > GiB:
+            advice.append("--cache-type q8_0 roughly halves the KV cache")
+    notes = []
+    for i, g in enumerate(system.gpus):
+        ok = est.total + margin <= g.free
+        notes.append(f"GPU {i} {g.name}: {gib(g.free)} free of {gib(g.total)}; the whole model "
+                     f"{'would' if ok else 'would not'} fit there (clover computes on the CPU)")
+    return FitVerdict(verdict, message, advice, needed, avail, notes)
+
+
+def _fits(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n_ctx: int, n_parallel: int,
+          cache_type: str, ubatch: int, margin: int, paging: bool) -> bool:
+    est = estimate(cfg, weight_bytes, n_ctx, n_parallel, cache_type, ubatch)
+    need = est.without_weights if paging else est.total
+    return need + margin <= system.ram_available
+
+
+def largest_context(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n_parallel: int = 1,
+                    cache_type: str = "f16", *, ubatch: int = DEFAULT_UBATCH, margin: int = DEFAULT_MARGIN,
+                    paging: bool = False) -> int:
+    """Largest n_ctx (a multiple of 256, at most the model's context) that fits; 0 when none does.
+
+    With `paging`, the weights may page from disk and only the rest must be resident.
+    """
+    cap = cfg.context_length
+    top = cap // CTX_STEP
+    if top == 0:
+        ok = _fits(cfg, weight_bytes, system, cap, n_parallel, cache_type, ubatch, margin, paging)
+        return cap if ok else 0
+    lo, hi = 0, top  # invariant: lo steps fit (0 trivially), steps above hi do not
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _fits(cfg, weight_bytes, system, mid * CTX_STEP, n_parallel, cache_type, ubatch, margin, paging):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * CTX_STEP
+
+
+@dataclass(frozen=True)
+class FitRow:
+    n_ctx: int
+    estimate: MemoryEstimate
+    verdict: str
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Everything a command shows about fit: the chosen setting, a table of contexts, the limits."""
+
+    estimate: MemoryEstimate
+    verdict: FitVerdict
+    rows: list[FitRow]
+    largest_context: int
+    largest_context_paging: int
+    system: SystemMemory
+    context_length: int
+    margin: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.estimate.n_ctx, "n_parallel": self.estimate.n_parallel,
+            "cache_type": self.estimate.cache_type, "ubatch": self.estimate.ubatch,
+            "estimate": self.estimate.to_json(), "verdict": self.verdict.to_json(),
+            "largest_context": self.largest_context, "largest_context_paging": self.largest_context_paging,
+            "margin": self.margin, "system": self.system.to_json(),
+            "table": [{"n_ctx": r.n_ctx, "chosen": r.chosen, "verdict": r.verdict, **r.estimate.to_json()}
+                      for r in self.rows],
+        }
+
+
+def table_contexts(context_length: int, chosen: int) -> list[int]:
+    """4K/16K/32K/64K/128K up to the model's context (and the context itself), plus the chosen one."""
+    ctxs = {c for c in TABLE_CONTEXTS if c <= context_length}
+    if context_length < TABLE_CONTEXTS[-1]:
+        ctxs.add(context_length)
+    ctxs.add(chosen)
+    return sorted(ctxs)
+
+
+def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = "f16",
+               *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
+               margin: int = DEFAULT_MARGIN) -> FitReport:
+    """Estimate, verdict, table and largest contexts for one model on this (or the given) machine."""
+    system = system if system is not None else probe_system()
+    est = estimate(cfg, weight_bytes, n_ctx, n_parallel, cache_type, ubatch)
+    verdict = assess(est, system, margin)
+    rows = []
+    for c in table_contexts(cfg.context_length, n_ctx):
+        e = est if c == n_ctx else estimate(cfg, weight_bytes, c, n_parallel, cache_type, ubatch)
+        rows.append(FitRow(c, e, assess(e, system, margin).verdict, c == n_ctx))
+    best = largest_context(cfg, weight_bytes, system, n_parallel, cache_type, ubatch=ubatch, margin=margin)
+    best_paging = largest_context(cfg, weight_bytes, system, n_parallel, cache_type, ubatch=ubatch,
+                                  margin=margin, paging=True)
+    advice = list(verdict.advice)
+    if verdict.verdict != FITS:
+        if 0 < best < n_ctx:
+            advice.insert(0, f"a shorter context: -c {best} fits entirely in RAM")
+        elif verdict.verdict == NO_FIT and 0 < best_paging < n_ctx:
+            advice.insert(0, f"a shorter context: -c {best_paging} fits with the weights paging from disk")
+    verdict = FitVerdict(verdict.verdict, verdict.message, advice, verdict.needed, verdict.available,
+                         verdict.gpu_notes)
+    return FitReport(est, verdict, rows, best, best_paging, system, cfg.context_length, margin)
