@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from . import __version__, console, inspect_cmd, make_model_cmd
+from . import __version__, console, doctor_cmd, inspect_cmd, make_model_cmd
 
 app = typer.Typer(
     name="clover",
@@ -74,6 +74,7 @@ def root(
 
 app.command("inspect")(inspect_cmd.command)
 app.command("make-model")(make_model_cmd.command)
+app.command("doctor")(doctor_cmd.command)
 
 
 def main() -> None:

@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from runtime.paths import hf_cache_dir
+
 SHELL_FILES = {"bash": "clover.bash", "zsh": "_clover", "fish": "clover.fish", "powershell": "clover.ps1"}
 _QUANT_RE = re.compile(
     r"[-.](?P<q>(?:UD-)?(?:I?Q[0-9]_[A-Z0-9_]+|Q[0-9]_[0-9K]|BF16|F16|F32))(?:-\d{5}-of-\d{5})?$",
@@ -42,17 +44,6 @@ def write_all(folder: Path) -> list[Path]:
         path.write_text(render(shell), encoding="utf-8", newline="\n")
         written.append(path)
     return written
-
-
-def hf_cache_dir() -> Path:
-    """The model cache: CLOVER_CACHE, HF_HUB_CACHE, HF_HOME/hub, then the default location."""
-    for var in ("CLOVER_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "huggingface" / "hub"
 
 
 def cached_model_names() -> list[str]:

@@ -38,7 +38,12 @@ def command(
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", min=1, help="Prefill chunk size in tokens."),
     fit: bool = typer.Option(False, "--fit", help="Exit with code 1 when the model does not fit in memory."),
 ) -> None:
-    """Show what a GGUF model holds (parameters, layers, quants, diffusion support) and whether it fits."""
+    """Show what a GGUF model holds (parameters, layers, quants, diffusion support) and whether it fits.
+
+    Example:
+
+        clover inspect Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 32768 --fit
+    """
     from runtime.errors import CloverError
     from runtime.memory_fit import CACHE_TYPES, NO_FIT, fit_report
     from runtime.model_summary import summarize

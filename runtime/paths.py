@@ -54,3 +54,17 @@ def log_dir() -> Path:
 def numba_cache_dir() -> Path:
     """Where compiled kernels are cached so only the first run compiles."""
     return cache_dir() / "numba"
+
+
+def hf_cache_dir() -> Path:
+    """The model cache: CLOVER_CACHE, HF_HUB_CACHE, HF_HOME/hub, then the Hugging Face default.
+
+    Models land in the standard Hugging Face layout so llama.cpp and other tools share them.
+    """
+    for var in ("CLOVER_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "huggingface" / "hub"

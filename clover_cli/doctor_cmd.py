@@ -1,0 +1,59 @@
+"""`clover doctor`: is this machine ready for clover, and does the default model fit it?"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from . import console
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**30:.1f} GiB"
+
+
+def command(
+    ctx_size: int = typer.Option(16384, "-c", "--ctx-size", help="Context to check the default model at."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Report Python, platform, CPU features, RAM, GPU, caches, free disk, and whether the default model fits.
+
+    Example:
+
+        clover doctor -c 32768
+    """
+    from runtime.doctor import run_doctor
+
+    from .fit_table import print_pairs
+
+    report = run_doctor(ctx_size)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+        return
+    s = report.system
+    gpus = ", ".join(f"{g['name']} ({_gib(g['free'])} free of {_gib(g['total'])})" for g in s.gpus)
+    gpus = gpus or "none found"
+    fit = report.fit
+    verdict = fit.get("verdict", {})
+    rows = [
+        ("Python", s.python),
+        ("Platform", s.platform),
+        ("CPU", f"{s.cpu} ({s.physical_cores} cores, {s.logical_cores} threads)"),
+        ("CPU features", " ".join(s.cpu_features) or "none of note"),
+        ("RAM", f"{_gib(s.ram_available)} available of {_gib(s.ram_total)}"),
+        ("GPU", gpus),
+        ("Kernel cache", f"{report.numba_cache.path} ({report.numba_cache.detail})"),
+        ("Model cache", f"{report.hf_cache.path} ({_gib(report.hf_cache.free_bytes)} free"
+                        f"{'' if report.hf_cache.writable else ', NOT writable'})"),
+        ("Default model", report.default_model),
+        ("  estimated from", report.default_model_source),
+        (f"  at -c {ctx_size}", verdict.get('message', '?')),
+    ]
+    largest = fit.get("largest_context")
+    if largest is not None:
+        rows.append(("  largest context", f"{largest:,} tokens" if largest else "none"))
+    con = console.out()
+    print_pairs(con, rows, title="clover doctor")
+    for line in verdict.get("advice", []) or []:
+        con.print(f"  advice: {line}", markup=False)

@@ -1,0 +1,128 @@
+"""The facts behind `clover doctor`: this machine, clover's directories, and whether the default
+model fits, estimated from its header (cached copy) or from the published shape."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import paths
+from .system_info import SystemInfo, probe
+
+DEFAULT_MODEL = "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M"
+
+
+@dataclass
+class DirReport:
+    path: str
+    exists: bool
+    writable: bool
+    free_bytes: int | None
+    detail: str = ""
+
+
+@dataclass
+class DoctorReport:
+    system: SystemInfo
+    numba_cache: DirReport
+    hf_cache: DirReport
+    default_model: str
+    default_model_source: str
+    fit: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "system": self.system.to_dict(),
+            "numba_cache": asdict(self.numba_cache),
+            "hf_cache": asdict(self.hf_cache),
+            "default_model": self.default_model,
+            "default_model_source": self.default_model_source,
+            "fit": self.fit,
+        }
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    return p
+
+
+def dir_report(path: Path, detail: str = "") -> DirReport:
+    """Whether clover can use a directory (creating it later if needed) and its free disk."""
+    base = _nearest_existing(path)
+    try:
+        free = shutil.disk_usage(base).free
+    except OSError:
+        free = None
+    return DirReport(str(path), path.exists(), os.access(base, os.W_OK), free, detail)
+
+
+def _numba_detail(path: Path) -> str:
+    if not path.exists():
+        return "empty: the first run compiles the kernels (seconds), later runs load them"
+    n = sum(1 for _ in path.rglob("*.nbi"))
+    return f"{n} compiled kernel(s) cached"
+
+
+def _published_shape_header(tmp: Path) -> Any:
+    """The default model's header rebuilt from its published shape (sparse file, no data)."""
+    from .gguf_file import open_gguf
+    from .synth import SynthSpec, write_model
+
+    path = write_model(tmp / "published-shape.gguf", SynthSpec.real_shape(quant="Q4_K_M"), sparse=True)
+    return open_gguf(path)
+
+
+def default_model_fit(n_ctx: int = 16384) -> tuple[str, dict[str, Any]]:
+    """(where the numbers came from, the fit report as JSON) for the default model."""
+    from .memory_fit import fit_report
+    from .model_summary import summarize
+
+    source = "the published shape (not downloaded yet)"
+    cached = _cached_default()
+    with tempfile.TemporaryDirectory(prefix="clover-doctor-") as tmp:
+        if cached is not None:
+            from .gguf_file import open_gguf
+
+            model = open_gguf(cached)
+            source = f"cached file {cached}"
+        else:
+            model = _published_shape_header(Path(tmp))
+        try:
+            summary = summarize(model)
+            report = fit_report(summary.config, model.tensor_bytes, n_ctx)
+            return source, report.to_json()
+        finally:
+            model.close()
+
+
+def _cached_default() -> Path | None:
+    try:
+        from .hub import resolve_model
+    except ImportError:
+        return None
+    try:
+        return Path(resolve_model(DEFAULT_MODEL, offline=True, progress=False))
+    except Exception:  # noqa: BLE001 - "not cached" in any form means: estimate from the shape
+        return None
+
+
+def run_doctor(n_ctx: int = 16384) -> DoctorReport:
+    numba_dir = paths.numba_cache_dir()
+    hf_dir = paths.hf_cache_dir()
+    source, fit = default_model_fit(n_ctx)
+    return DoctorReport(
+        system=probe(),
+        numba_cache=dir_report(numba_dir, _numba_detail(numba_dir)),
+        hf_cache=dir_report(hf_dir),
+        default_model=DEFAULT_MODEL,
+        default_model_source=source,
+        fit=fit,
+    )
