@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from . import __version__, console, doctor_cmd, inspect_cmd, make_model_cmd
+from . import __version__, console, doctor_cmd, inspect_cmd, make_model_cmd, run_cmd
 
 app = typer.Typer(
     name="clover",
@@ -72,6 +72,7 @@ def root(
         raise typer.Exit()
 
 
+app.command("run")(run_cmd.command)
 app.command("inspect")(inspect_cmd.command)
 app.command("make-model")(make_model_cmd.command)
 app.command("doctor")(doctor_cmd.command)

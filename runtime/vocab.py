@@ -104,7 +104,7 @@ def _train_merges(text: str, n_merges: int, pattern: str) -> list[tuple[str, str
         pairs: Counter[tuple[str, str]] = Counter()
         for w, count in words.items():
             s = seqs[w]
-            for a, b in zip(s, s[1:]):
+            for a, b in zip(s, s[1:], strict=False):
                 pairs[(a, b)] += count
         if not pairs:
             break

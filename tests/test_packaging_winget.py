@@ -11,7 +11,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-
 from winget_schema import DEFAULT_LOCALE_SCHEMA, INSTALLER_SCHEMA, VERSION_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent

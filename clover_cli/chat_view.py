@@ -1,0 +1,149 @@
+"""Showing a reply as it is generated: content, dimmed reasoning, tool calls, the live block in
+`--visual` mode, and the stats line after each reply."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+
+@dataclass
+class Reply:
+    """What one generation produced, accumulated from its events."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    stats: Any = None
+    errors: tuple[str, ...] = ()
+
+    def add(self, ev: Any) -> None:
+        kind = type(ev).__name__
+        if kind == "ContentDelta":
+            self.content += ev.text
+        elif kind == "ReasoningDelta":
+            self.reasoning += ev.text
+        elif kind == "ToolCallDelta":
+            if ev.id is not None:
+                self.tool_calls.append({"id": ev.id, "type": "function",
+                                        "function": {"name": ev.name, "arguments": ""}})
+            elif self.tool_calls:
+                self.tool_calls[ev.index]["function"]["arguments"] += ev.arguments_fragment
+        elif kind == "Finished":
+            self.finish_reason = ev.finish_reason
+            self.usage, self.timings, self.stats, self.errors = ev.usage, ev.timings, ev.stats, ev.errors
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            msg["tool_calls"] = self.tool_calls
+        return msg
+
+    def to_json(self) -> dict[str, Any]:
+        stats = self.stats
+        return {
+            "content": self.content, "reasoning": self.reasoning or None, "tool_calls": self.tool_calls,
+            "finish_reason": self.finish_reason, "usage": self.usage, "timings": self.timings,
+            "decode": getattr(stats, "decode_mode", None), "exact": getattr(stats, "exact", None),
+            "errors": list(self.errors),
+        }
+
+
+def stats_line(reply: Reply) -> str:
+    """`[ prompt X t/s | generation Y t/s | tokens per forward Z | passes P ]` (llama.cpp's shape)."""
+    t = reply.timings
+    return (f"[ prompt {t.get('prompt_per_second', 0):.1f} t/s | generation {t.get('predicted_per_second', 0):.1f} t/s"
+            f" | tokens per forward {t.get('tokens_per_forward', 0):.2f} | passes {t.get('passes', 0)}"
+            f" ({t.get('passes_per_block', 0):.1f}/block) ]")
+
+
+def run_in_thread(make_events: Callable[[threading.Event], Iterator[Any]],
+                  cancel: threading.Event) -> Iterator[Any]:
+    """Generate in a worker thread so Ctrl-C in the main thread can stop it cleanly."""
+    q: queue.Queue = queue.Queue()
+    done = object()
+
+    def work() -> None:
+        try:
+            for ev in make_events(cancel):
+                q.put(ev)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            q.put(exc)
+        finally:
+            q.put(done)
+
+    threading.Thread(target=work, daemon=True, name="clover-generate").start()
+    while True:
+        item = q.get()
+        if item is done:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
+
+
+class ReplyPrinter:
+    """Prints events to a console as they come; dims reasoning; `visual` shows the live block."""
+
+    def __init__(self, con: Console, *, show_reasoning: bool = True, visual: bool = False) -> None:
+        self.con = con
+        self.show_reasoning = show_reasoning
+        self.visual = visual and con.is_terminal
+        self._in_reasoning = False
+        self._live: Live | None = None
+
+    def feed(self, ev: Any) -> None:
+        kind = type(ev).__name__
+        if kind == "Progress" and self.visual:
+            text = Text.assemble(("block ", "dim"), (f"{ev.block + 1}", "bold"),
+                                 (f"  pass {ev.pass_index}  masked {ev.masked}\n", "dim"),
+                                 (ev.tokens_preview, "cyan"))
+            if self._live is None:
+                self._live = Live(text, console=self.con, transient=True, refresh_per_second=12)
+                self._live.start()
+            else:
+                self._live.update(text)
+            return
+        if kind in ("ContentDelta", "ReasoningDelta", "ToolCallDelta", "Finished"):
+            self._stop_live()
+        if kind == "ReasoningDelta":
+            if not self.show_reasoning:
+                return
+            if not self._in_reasoning:
+                self.con.print("[dim]thinking…[/dim]")
+                self._in_reasoning = True
+            self.con.print(Text(ev.text, style="dim italic"), end="")
+        elif kind == "ContentDelta":
+            if self._in_reasoning:
+                self.con.print()
+                self._in_reasoning = False
+            self.con.print(Text(ev.text), end="")
+        elif kind == "ToolCallDelta" and ev.id is not None:
+            self.con.print(Text(f"\n[tool call {ev.name}] ", style="magenta"), end="")
+        elif kind == "ToolCallDelta":
+            self.con.print(Text(ev.arguments_fragment, style="magenta"), end="")
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def close(self) -> None:
+        self._stop_live()
+
+
+def print_json(reply: Reply, con: Console) -> None:
+    con.print_json(json.dumps(reply.to_json(), ensure_ascii=False))

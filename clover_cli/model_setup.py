@@ -1,0 +1,76 @@
+"""Resolving a MODEL argument and checking it fits memory before anything is loaded.
+
+Shared by `run`, `serve` and `bench`: the same identifiers as `clover pull`, the same refusal with
+the fit table when the context cannot fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL = "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M"
+MIN_AUTO_CTX = 4096
+
+
+@dataclass
+class PreparedModel:
+    path: Path
+    model_id: str
+    n_ctx: int  # per sequence
+    config: Any
+    verdict: Any
+
+
+def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
+    """A local path as is; anything else through the Hub layer (download when not cached)."""
+    from runtime.errors import CloverError
+
+    text = model or DEFAULT_MODEL
+    path = Path(text).expanduser()
+    if path.exists():
+        return path
+    if text.lower().endswith(".gguf") and ("/" not in text.strip("./") or path.parent.exists()):
+        raise CloverError(f"model file not found: {text}")
+    try:
+        from runtime.hub import resolve_model
+    except ImportError:
+        raise CloverError(f"model file not found: {text}") from None
+    return Path(resolve_model(text, file=file, offline=offline, token=token, progress=True))
+
+
+def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = False, file: str | None = None,
+            token: str | None = None, cache_type: str = "f16") -> PreparedModel:
+    """Resolve the model, pick the context (0 = as much as fits, capped at the model's) and refuse
+    with the fit table when it does not fit this machine."""
+    from runtime import memory_fit
+    from runtime.errors import CloverError
+    from runtime.gguf_file import open_gguf
+    from runtime.model_config import describe_tensors
+
+    from . import console
+
+    path = resolve(model, file=file, offline=offline, token=token)
+    with open_gguf(path) as model_file:
+        cfg = describe_tensors(model_file.metadata, model_file.tensors)
+        weight_bytes = int(model_file.tensor_bytes)
+    system = memory_fit.probe_system()
+    n_ctx = ctx
+    if n_ctx <= 0:
+        fit_ctx = memory_fit.largest_context(cfg, weight_bytes, system, parallel, cache_type)
+        n_ctx = min(cfg.context_length, max(fit_ctx, MIN_AUTO_CTX))
+        console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
+    if n_ctx > cfg.context_length:
+        raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
+    estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel, cache_type)
+    verdict = memory_fit.assess(estimate, system)
+    if verdict.verdict == "does not fit":
+        from .fit_table import print_fit_table
+
+        print_fit_table(estimate, system, verdict)
+        raise CloverError(verdict.message, verdict.hint or "lower -c, or use a smaller quant")
+    if verdict.verdict == "fits with paging":
+        console.warn(f"{verdict.message} (expect slow generation)")
+    model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
+    return PreparedModel(path, model_id, n_ctx, cfg, verdict)

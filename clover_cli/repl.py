@@ -1,0 +1,189 @@
+"""The interactive chat of `clover run`: history, slash commands, Ctrl-C, multi-line input."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from .chat_view import Reply, ReplyPrinter, run_in_thread, stats_line
+
+HELP = """commands:
+  /help, /?              this help
+  /exit, /bye            leave (also Ctrl-D)
+  /clear                 forget the conversation
+  /regen                 answer the last message again
+  /system TEXT           set the system prompt (empty: none)
+  /set KEY VALUE         temperature, top_k, top_p, min_p, seed, max_tokens, threshold, block_length, decode
+  /show info|params|template
+  /read FILE             send a file's contents as your message
+  /save FILE, /load FILE the conversation as JSON
+  \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply, Ctrl-C at the prompt exits"""
+
+SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "seed"}
+DECODE_KEYS = {"max_tokens", "threshold", "block_length", "decode"}
+
+
+class Repl:
+    def __init__(self, session: Any, params: Any, *, system: str | None, think: bool, visual: bool,
+                 show_timings: bool, banner: str, con: Console, read_line: Any = input) -> None:
+        self.session = session
+        self.params = params
+        self.system = system
+        self.think = think
+        self.visual = visual
+        self.show_timings = show_timings
+        self.banner = banner
+        self.con = con
+        self.read_line = read_line
+        self.history: list[dict[str, Any]] = []
+
+    # -- input ------------------------------------------------------------------------------------
+    def _read(self) -> str:
+        line = self.read_line(">>> ")
+        if line.strip().startswith('"""'):
+            parts = [line.strip()[3:]]
+            while not parts[-1].endswith('"""'):
+                parts.append(self.read_line("... "))
+            parts[-1] = parts[-1][:-3]
+            return "\n".join(parts).strip("\n")
+        return line
+
+    def messages(self) -> list[dict[str, Any]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.history
+
+    # -- commands ---------------------------------------------------------------------------------
+    def command(self, line: str) -> bool:
+        """Run a slash command; False means leave."""
+        cmd, _, arg = line.strip().partition(" ")
+        arg = arg.strip()
+        if cmd in ("/exit", "/bye"):
+            return False
+        if cmd in ("/help", "/?"):
+            self.con.print(HELP, markup=False)
+        elif cmd == "/clear":
+            self.history.clear()
+            self.con.print("Chat history cleared.")
+        elif cmd == "/regen":
+            if not self.history or self.history[-1]["role"] != "assistant":
+                self.con.print("No message to regenerate.")
+            else:
+                self.history.pop()
+                self.reply()
+        elif cmd == "/system":
+            self.system = arg or None
+            self.con.print("System prompt set." if arg else "System prompt cleared.")
+        elif cmd == "/set":
+            self._set(arg)
+        elif cmd == "/show":
+            self._show(arg)
+        elif cmd == "/read":
+            try:
+                text = Path(arg).expanduser().read_text(encoding="utf-8")
+            except OSError as exc:
+                self.con.print(f"cannot read {arg}: {exc.strerror}")
+                return True
+            self.ask(f"--- File: {Path(arg).name} ---\n{text}")
+        elif cmd == "/save":
+            Path(arg).write_text(json.dumps({"system": self.system, "messages": self.history}, ensure_ascii=False,
+                                            indent=2), encoding="utf-8")
+            self.con.print(f"Saved {len(self.history)} messages to {arg}.")
+        elif cmd == "/load":
+            try:
+                data = json.loads(Path(arg).read_text(encoding="utf-8"))
+                self.system, self.history = data.get("system"), list(data["messages"])
+            except (OSError, ValueError, KeyError) as exc:
+                self.con.print(f"cannot load {arg}: {exc}")
+                return True
+            self.con.print(f"Loaded {len(self.history)} messages.")
+        else:
+            self.con.print(f"unknown command {cmd} (/help lists them)")
+        return True
+
+    def _set(self, arg: str) -> None:
+        key, _, value = arg.partition(" ")
+        key, value = key.strip(), value.strip()
+        try:
+            if key == "temperature":
+                key = "temperature"
+            if key in SAMPLING_KEYS:
+                kind = {f.name: f.type for f in fields(self.params.sampling)}[key]
+                val: Any = int(value) if "int" in str(kind) else float(value)
+                self.params = replace(self.params, sampling=replace(self.params.sampling, **{key: val}))
+            elif key in DECODE_KEYS:
+                val = value if key == "decode" else (float(value) if key == "threshold" else int(value))
+                if key == "decode" and value not in ("auto", "diffusion", "ar"):
+                    raise ValueError("decode is auto, diffusion or ar")
+                self.params = replace(self.params, **{key: val})
+            else:
+                self.con.print(f"unknown parameter {key!r}; one of {', '.join(sorted(SAMPLING_KEYS | DECODE_KEYS))}")
+                return
+        except ValueError as exc:
+            self.con.print(f"bad value for {key}: {exc}")
+            return
+        self.con.print(f"Set parameter '{key}' to '{value}'")
+
+    def _show(self, what: str) -> None:
+        if what == "template":
+            self.con.print(self.session.template.source, markup=False)
+        elif what in ("params", "parameters"):
+            p = self.params
+            rows = {**{f.name: getattr(p.sampling, f.name) for f in fields(p.sampling)},
+                    "max_tokens": p.max_tokens, "threshold": p.threshold, "block_length": p.block_length,
+                    "decode": p.decode}
+            for k, v in rows.items():
+                self.con.print(f"  {k:<20} {v}", markup=False)
+        else:
+            self.con.print(self.banner, markup=False)
+
+    # -- generation -------------------------------------------------------------------------------
+    def ask(self, text: str) -> None:
+        self.history.append({"role": "user", "content": text})
+        self.reply()
+
+    def reply(self) -> None:
+        cancel = threading.Event()
+        printer = ReplyPrinter(self.con, visual=self.visual)
+        out = Reply()
+        kwargs = {} if self.think else {"enable_thinking": False}
+        messages = self.messages()
+        try:
+            for ev in run_in_thread(lambda c: self.session.stream(messages, params=self.params,
+                                                                  chat_template_kwargs=kwargs, cancel=c), cancel):
+                out.add(ev)
+                printer.feed(ev)
+        except KeyboardInterrupt:
+            cancel.set()
+            printer.close()
+            self.con.print("\n[interrupted]")
+        printer.close()
+        self.con.print()
+        if out.content or out.tool_calls:
+            self.history.append(out.message())
+        if self.show_timings and out.timings:
+            self.con.print(stats_line(out), style="dim", markup=False)
+
+    def loop(self) -> int:
+        self.con.print(self.banner, markup=False)
+        self.con.print('Type a message, /help for commands, """ for multi-line input.', style="dim")
+        while True:
+            try:
+                line = self._read()
+            except EOFError:
+                self.con.print()
+                return 0
+            except KeyboardInterrupt:
+                self.con.print()
+                return 130
+            if not line.strip():
+                continue
+            if line.strip().startswith("/"):
+                if not self.command(line):
+                    return 0
+                continue
+            self.ask(line)

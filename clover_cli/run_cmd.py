@@ -1,0 +1,171 @@
+"""`clover run [MODEL] [PROMPT]`: chat in the terminal, or answer one prompt for a script."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from . import console
+
+_E = "CLOVER_"
+
+
+def command(
+    model: str | None = typer.Argument(None, help="GGUF path or owner/repo[:QUANT] (default: the Clover model).",
+                                          autocompletion=lambda incomplete: _complete(incomplete)),
+    prompt: str | None = typer.Argument(None, help="Answer this prompt and exit."),
+    model_opt: str | None = typer.Option(None, "-m", "--model", help="Model (same as MODEL).", envvar=_E + "MODEL"),
+    prompt_opt: str | None = typer.Option(None, "-p", "--prompt", help="Prompt for a one-shot answer."),
+    file: Path | None = typer.Option(None, "-f", "--file", help="Read the prompt from a file."),
+    system: str | None = typer.Option(None, "-sys", "--system-prompt", help="System prompt.",
+                                         envvar=_E + "SYSTEM_PROMPT"),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context length (0: as much as fits).",
+                                 envvar=_E + "CTX_SIZE"),
+    n_predict: int = typer.Option(-1, "-n", "--n-predict", help="Max tokens per reply (-1: until done or context).",
+                                  envvar=_E + "N_PREDICT"),
+    threads: int | None = typer.Option(None, "-t", "--threads", help="CPU threads (default: physical cores).",
+                                          envvar=_E + "THREADS"),
+    temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy, our default for diffusion).",
+                               envvar=_E + "TEMP"),
+    top_k: int = typer.Option(0, "--top-k", envvar=_E + "TOP_K"),
+    top_p: float = typer.Option(1.0, "--top-p", envvar=_E + "TOP_P"),
+    min_p: float = typer.Option(0.0, "--min-p", envvar=_E + "MIN_P"),
+    seed: int | None = typer.Option(None, "-s", "--seed", envvar=_E + "SEED"),
+    repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", envvar=_E + "REPEAT_PENALTY"),
+    presence_penalty: float = typer.Option(0.0, "--presence-penalty", envvar=_E + "PRESENCE_PENALTY"),
+    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", envvar=_E + "FREQUENCY_PENALTY"),
+    decode: str = typer.Option("auto", "--decode", help="auto | diffusion | ar", envvar=_E + "DECODE"),
+    block_length: int | None = typer.Option(None, "--block-length", "--diffusion-block-length",
+                                               envvar=_E + "BLOCK_LENGTH"),
+    threshold: float | None = typer.Option(None, "--threshold", help="Reveal threshold (file default 0.9).",
+                                              envvar=_E + "THRESHOLD"),
+    expert_coreset: int | None = typer.Option(None, "--expert-coreset",
+                                                 help="Share K experts across a block's rows.",
+                                                 envvar=_E + "EXPERT_CORESET"),
+    chat_template_file: Path | None = typer.Option(None, "--chat-template-file", envvar=_E + "CHAT_TEMPLATE_FILE"),
+    think: bool = typer.Option(True, "--think/--no-think", help="Let the model reason first (shown dimmed).",
+                               envvar=_E + "THINK"),
+    visual: bool = typer.Option(False, "--visual", help="Show each block resolving live."),
+    as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
+    show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
+    backend: str = typer.Option("auto", "--backend", help="Kernels: auto | numba | numpy.", envvar=_E + "BACKEND"),
+    offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE"),
+) -> None:
+    """Chat with a model in the terminal, or answer one prompt (argument, -p, -f or stdin).
+
+    Example:
+
+        clover run tiny.gguf "Why is the sky blue?"
+    """
+    from runtime.chat import load_chat
+    from runtime.decoding import DecodeParams, SamplingParams
+    from runtime.errors import CloverError
+
+    from .model_setup import prepare
+
+    if model_opt and model and prompt is None:
+        prompt = model
+        model = model_opt
+    model = model_opt or model
+    text = _one_shot_text(prompt or prompt_opt, file)
+    prep = prepare(model, ctx=ctx_size, offline=offline)
+    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                              repetition_penalty=repeat_penalty)
+    max_tokens = n_predict if n_predict > 0 else prep.n_ctx
+    params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
+                          expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling)
+    if decode not in ("auto", "diffusion", "ar"):
+        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
+    session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
+                        backend=backend, defaults=params)
+    banner = _banner(session, prep, params)
+    if session.template.is_fallback:
+        console.warn("the model has no chat template; using ChatML")
+    if text is None:
+        if not sys.stdin.isatty():
+            raise CloverError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
+        from .repl import Repl
+
+        con = console.out()
+        code = Repl(session, params, system=system, think=think, visual=visual, show_timings=show_timings,
+                    banner=banner, con=con).loop()
+        raise typer.Exit(code)
+    _answer_once(session, params, text, system=system, think=think, as_json=as_json, show_timings=show_timings,
+                 banner=banner)
+
+
+def _complete(incomplete: str) -> list[str]:
+    from .completion import complete_model
+
+    return complete_model(incomplete)
+
+
+def _one_shot_text(prompt: str | None, file: Path | None) -> str | None:
+    """The prompt from the argument / -p, a file, and stdin when it is not a terminal (prepended)."""
+    from runtime.errors import CloverError
+
+    parts = []
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        if piped.strip():
+            parts.append(piped.rstrip("\n"))
+    if file is not None:
+        try:
+            parts.append(file.read_text(encoding="utf-8").rstrip("\n"))
+        except OSError as exc:
+            raise CloverError(f"cannot read {file}: {exc.strerror}") from None
+    if prompt:
+        parts.append(prompt)
+    return "\n\n".join(parts) if parts else None
+
+
+def _banner(session, prep, params) -> str:  # noqa: ANN001 - internal
+    from runtime.decoding import resolve_mode
+
+    mode, exact, reason = resolve_mode(session.model, params)
+    label = mode if exact else f"{mode} (approximate)"
+    return (f"clover · {prep.model_id}\n"
+            f"  context {prep.n_ctx} · decode {label}: {reason}\n"
+            f"  chat template: {session.template.origin} · kernels: {session.model.backend}")
+
+
+def _answer_once(session, params, text: str, *, system, think: bool, as_json: bool, show_timings: bool,  # noqa: ANN001
+                 banner: str) -> None:
+    import threading
+
+    from .chat_view import Reply, print_json, run_in_thread, stats_line
+
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    kwargs = {} if think else {"enable_thinking": False}
+    err = console.err()
+    out = console.out()
+    if console.verbose():
+        err.print(banner, markup=False)
+    reply = Reply()
+    cancel = threading.Event()
+    try:
+        for ev in run_in_thread(lambda c: session.stream(messages, params=params, chat_template_kwargs=kwargs,
+                                                         cancel=c), cancel):
+            reply.add(ev)
+            kind = type(ev).__name__
+            if as_json:
+                continue
+            if kind == "ContentDelta":
+                out.print(ev.text, end="", markup=False, highlight=False)
+            elif kind == "ReasoningDelta" and err.is_terminal:
+                err.print(ev.text, end="", style="dim", markup=False)
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    if as_json:
+        print_json(reply, out)
+        return
+    if reply.tool_calls:
+        for call in reply.tool_calls:
+            out.print(f"\n<tool_call {call['function']['name']}> {call['function']['arguments']}", markup=False)
+    out.print()
+    if show_timings and err.is_terminal:
+        err.print(stats_line(reply), style="dim", markup=False)

@@ -1,0 +1,162 @@
+"""Generation as a stream of events: block diffusion (clover-model.md §5) or exact AR decoding.
+
+Block diffusion: a causal prefill; then per block of `block_length` positions, all masked,
+preview passes (attention bidirectional inside the block over the cached prefix, nothing
+written to the state) reveal positions by LowConfidence until none is masked; one causal
+commit appends the block to the state. The LM head runs only for still-masked positions.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import CloverError, ContextLengthError
+from ..model_config import supports_exact_diffusion
+from . import policy
+from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent
+from .params import DecodeParams
+from .sampling import apply_penalties, pick
+
+
+def resolve_mode(model: Any, params: DecodeParams) -> tuple[str, bool, str]:
+    """The decode mode this request gets on this model file."""
+    exact = supports_exact_diffusion(model.config, model.file.tensors)
+    return policy.choose_decode_mode(params.decode, exact)
+
+
+def _mask_id(model: Any, params: DecodeParams) -> int:
+    mask = params.mask_token_id if params.mask_token_id is not None else model.config.diffusion.mask_token_id
+    if mask is None:
+        raise CloverError("block diffusion needs a mask token: the file has no tokenizer.ggml.mask_token_id",
+                          hint="use --decode ar, or pass a mask token id")
+    return int(mask)
+
+
+def generate(model: Any, prompt_ids: Sequence[int], params: DecodeParams, *, state: Any = None,
+             cancel: threading.Event | None = None) -> Iterator[Any]:
+    """Yield PassEvent / BlockEvent as generation proceeds, then one DoneEvent with the stats."""
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise CloverError("cannot generate from an empty prompt")
+    mode, exact, reason = resolve_mode(model, params)
+    if state is None:
+        limit = model.config.context_length
+        if len(prompt) >= limit:
+            raise ContextLengthError(len(prompt) + 1, limit)
+        state = model.new_state(min(limit, len(prompt) + max(params.max_tokens, 1)))
+    elif len(prompt) >= state.remaining:
+        raise ContextLengthError(state.n_past + len(prompt) + 1, state.n_ctx)
+    stats = GenerationStats(prompt_tokens=len(prompt), decode_mode=mode, exact=exact, reason=reason)
+    t0 = time.perf_counter()
+    last_logits = model.forward(prompt, state, last_only=True)[0]
+    stats.prompt_ms = (time.perf_counter() - t0) * 1e3
+    run = _diffusion if mode == "diffusion" else _autoregressive
+    t1 = time.perf_counter()
+    yield from run(model, params, state, last_logits, stats, cancel)
+    stats.gen_ms = (time.perf_counter() - t1) * 1e3
+    if stats.experts_history:
+        stats.experts_per_pass = float(np.mean(stats.experts_history))
+    yield DoneEvent(stats)
+
+
+def _stop_ids(model: Any, params: DecodeParams) -> frozenset[int]:
+    return frozenset(int(s) for s in params.stop_ids)
+
+
+def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.ndarray, stats: GenerationStats,
+                    cancel: threading.Event | None) -> Iterator[Any]:
+    sp = params.sampling
+    rng = np.random.default_rng(sp.seed)
+    history: Counter = Counter()
+    stops = _stop_ids(model, params)
+    stats.finish_reason = "length"
+    for i in range(params.max_tokens):
+        if cancel is not None and cancel.is_set():
+            stats.finish_reason = "cancelled"
+            return
+        tok, _ = pick(apply_penalties(logits[None, :], history, sp), sp, rng)
+        token = int(tok[0])
+        if token in stops:
+            stats.finish_reason = "stop"
+            stats.stop_token = token
+            return
+        history[token] += 1
+        stats.generated_tokens += 1
+        stats.blocks += 1
+        stats.forwards += 1  # each token costs one causal forward (the first one is the prefill's)
+        stats.passes += 1
+        yield BlockEvent(i, (token,))
+        if i + 1 == params.max_tokens:
+            return
+        if state.remaining == 0:
+            return
+        logits = model.forward([token], state, last_only=True)[0]
+
+
+def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
+               cancel: threading.Event | None) -> Iterator[Any]:
+    cfg = model.config
+    sp = params.sampling
+    rng = np.random.default_rng(sp.seed)
+    mask = _mask_id(model, params)
+    block_length = int(params.block_length or cfg.diffusion.block_length)
+    threshold = float(params.threshold if params.threshold is not None else cfg.diffusion.threshold)
+    shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
+    max_passes = int(params.max_passes or policy.default_max_passes(block_length))
+    stops = _stop_ids(model, params)
+    history: Counter = Counter()
+    block_index = 0
+    stats.finish_reason = "length"
+    while stats.generated_tokens < params.max_tokens:
+        size = min(block_length, params.max_tokens - stats.generated_tokens, state.remaining)
+        if size <= 0:
+            return
+        block = np.full(size, mask, dtype=np.int64)
+        masked = np.ones(size, dtype=bool)
+        passes = 0
+        while masked.any():
+            if cancel is not None and cancel.is_set():
+                stats.finish_reason = "cancelled"
+                return
+            positions = np.flatnonzero(masked)
+            rows, use_last = policy.logit_rows_for(positions.tolist(), shift)
+            parts = []
+            if use_last:
+                parts.append(last_logits[None, :])
+            if rows:
+                res = model.preview(block, state, logit_rows=rows, expert_coreset=params.expert_coreset,
+                                    gdn_preview=params.gdn_preview)
+                parts.append(res.logits)
+                stats.experts_history.append(float(np.mean(res.experts_per_layer)) if res.experts_per_layer else 0.0)
+                stats.forwards += 1
+            stats.passes += 1
+            passes += 1
+            logits = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+            tokens, probs = pick(apply_penalties(logits, history, sp), sp, rng)
+            last_pass = passes >= max_passes
+            reveal = np.arange(len(positions)) if last_pass else policy.low_confidence_reveal(probs, threshold)
+            for j in reveal:
+                block[positions[j]] = tokens[j]
+                masked[positions[j]] = False
+                history[int(tokens[j])] += 1
+            yield PassEvent(block_index, passes, tuple(int(t) for t in block), int(masked.sum()),
+                            tuple(int(positions[j]) for j in reveal))
+        cut = policy.first_stop(block.tolist(), stops)
+        final = block if cut is None else block[:cut]
+        if cut is None:
+            last_logits = model.commit(block, state)
+            stats.forwards += 1
+        stats.generated_tokens += len(final)
+        stats.blocks += 1
+        yield BlockEvent(block_index, tuple(int(t) for t in final))
+        block_index += 1
+        if cut is not None:
+            stats.finish_reason = "stop"
+            stats.stop_token = int(block[cut])
+            return

@@ -1,0 +1,63 @@
+"""What a generation yields as it runs: passes, committed blocks, and the final statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PassEvent:
+    """One preview pass finished; `tokens` is the block with mask ids where still masked."""
+
+    block: int
+    pass_index: int
+    tokens: tuple[int, ...]
+    masked: int
+    revealed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    """A block is final (committed, or cut at a stop token); its ids will never change."""
+
+    block: int
+    token_ids: tuple[int, ...]
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prompt_ms: float = 0.0
+    gen_ms: float = 0.0
+    forwards: int = 0  # model passes after the prefill: preview passes + commits (AR: one per token)
+    passes: int = 0  # preview passes (AR: one per token)
+    blocks: int = 0
+    experts_per_pass: float = 0.0  # distinct experts per layer per preview pass (mean)
+    finish_reason: str = "stop"  # stop | length | cancelled
+    decode_mode: str = "ar"
+    exact: bool = True
+    reason: str = ""
+    stop_token: int | None = None
+    experts_history: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.generated_tokens / self.forwards if self.forwards else 0.0
+
+    @property
+    def passes_per_block(self) -> float:
+        return self.passes / self.blocks if self.blocks else 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_tokens / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self.generated_tokens / (self.gen_ms / 1e3) if self.gen_ms > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    stats: GenerationStats

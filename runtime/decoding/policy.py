@@ -1,0 +1,62 @@
+"""Every block-diffusion decision the vendor has not published, each in one small function.
+
+These are clover's choices (README, "Choices we made"); replace one here when the vendor's code
+is published and the rest of the decoder follows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def choose_decode_mode(requested: str, exact_diffusion_possible: bool) -> tuple[str, bool, str]:
+    """(mode, exact, why) for `--decode auto|diffusion|ar`.
+
+    auto: diffusion when the file carries what exact diffusion needs (the Clover-only tensors
+    and the diffusion keys), otherwise exact autoregressive decoding; `diffusion` forces it
+    (approximate without those tensors); `ar` is always exact.
+    """
+    if requested not in ("auto", "diffusion", "ar"):
+        raise ValueError(f"decode must be auto, diffusion or ar, not {requested!r}")
+    if requested == "ar":
+        return "ar", True, "autoregressive decoding was requested"
+    if exact_diffusion_possible:
+        return "diffusion", True, "the file carries the Clover-only tensors and diffusion keys"
+    if requested == "diffusion":
+        return "diffusion", False, ("approximate: the file lacks the Clover-only preview tensors, so Gated "
+                                    "DeltaNet layers preview causally")
+    return "ar", True, "the file lacks the Clover-only tensors exact block diffusion needs"
+
+
+def low_confidence_reveal(probs: np.ndarray, threshold: float) -> np.ndarray:
+    """LowConfidence reveal: indices (into `probs`, one entry per still-masked position) whose
+    candidate probability reaches `threshold`, and always at least the most confident one."""
+    chosen = np.flatnonzero(probs >= threshold)
+    if chosen.size == 0:
+        chosen = np.array([int(np.argmax(probs))])
+    return chosen
+
+
+def logit_rows_for(masked: Sequence[int], shift_logits: bool) -> tuple[list[int], bool]:
+    """Which preview rows predict the masked block positions, and whether position 0 is predicted
+    by the last committed row instead (shifted alignment: row r predicts position r + 1)."""
+    if not shift_logits:
+        return list(masked), False
+    rows = [p - 1 for p in masked if p > 0]
+    return rows, 0 in masked
+
+
+def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:
+    """Index of the first stop token in a resolved block, or None: generation ends there."""
+    for i, t in enumerate(tokens):
+        if t in stop_ids:
+            return i
+    return None
+
+
+def default_max_passes(block_length: int) -> int:
+    """At most one pass per position: every block resolves within block_length passes."""
+    return max(1, block_length)

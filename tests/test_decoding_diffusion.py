@@ -1,0 +1,110 @@
+"""Block-diffusion decoding invariants on synthetic models, and a model whose answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decoding_models import successor_model_path
+from runtime import load_model
+from runtime.decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, SamplingParams, generate
+from runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
+from runtime.engine import generate_ar
+from synth_models import tiny_model_path
+
+PROMPT = [11, 12, 13, 14, 15]
+
+
+def _run(model, prompt, **kw):
+    events = list(generate(model, prompt, DecodeParams(**kw)))
+    assert isinstance(events[-1], DoneEvent)
+    tokens = [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids]
+    return events, tokens, events[-1].stats
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model(tiny_model_path("F32"))
+
+
+def test_policy_functions() -> None:
+    assert list(low_confidence_reveal(np.array([0.2, 0.95, 0.91]), 0.9)) == [1, 2]
+    assert list(low_confidence_reveal(np.array([0.2, 0.5, 0.3]), 0.9)) == [1]
+    assert logit_rows_for([0, 3, 5], True) == ([2, 4], True)
+    assert logit_rows_for([0, 3, 5], False) == ([0, 3, 5], False)
+    assert choose_decode_mode("auto", True)[:2] == ("diffusion", True)
+    assert choose_decode_mode("auto", False)[:2] == ("ar", True)
+    assert choose_decode_mode("diffusion", False)[:2] == ("diffusion", False)
+
+
+def test_threshold_one_reveals_one_token_per_pass_deterministically(tiny) -> None:
+    a, toks_a, stats = _run(tiny, PROMPT, decode="diffusion", threshold=1.0, max_tokens=40, block_length=16)
+    b, toks_b, _ = _run(tiny, PROMPT, decode="diffusion", threshold=1.0, max_tokens=40, block_length=16)
+    assert toks_a == toks_b and len(toks_a) == 40
+    passes = [e for e in a if isinstance(e, PassEvent)]
+    assert [len(e.revealed) for e in passes] == [1] * len(passes)
+    assert [e.revealed for e in passes] == [e.revealed for e in b if isinstance(e, PassEvent)]
+    assert stats.passes == 40 and stats.blocks == 3
+
+
+def test_every_block_resolves_within_block_length_passes(tiny) -> None:
+    events, toks, stats = _run(tiny, PROMPT, decode="diffusion", max_tokens=64, block_length=8, threshold=0.3)
+    per_block: dict[int, int] = {}
+    for e in events:
+        if isinstance(e, PassEvent):
+            per_block[e.block] = max(per_block.get(e.block, 0), e.pass_index)
+    assert per_block and all(n <= 8 for n in per_block.values())
+    assert len(toks) == 64
+
+
+def test_commit_leaves_the_state_of_a_plain_causal_forward(tiny) -> None:
+    state = tiny.new_state(128)
+    events = list(generate(tiny, PROMPT, DecodeParams(decode="diffusion", max_tokens=16, block_length=8),
+                           state=state))
+    toks = [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids]
+    ref = tiny.new_state(128)
+    tiny.forward(PROMPT + toks, ref)
+    assert state.n_past == ref.n_past == len(PROMPT) + 16
+    for layer in tiny.config.attention_layers:
+        for got, want in zip(state.kv(layer), ref.kv(layer), strict=True):
+            np.testing.assert_allclose(got[: state.n_past], want[: ref.n_past], rtol=1e-4, atol=1e-5)
+    for layer in tiny.config.gdn_layers:
+        for got, want in zip(state.gdn(layer), ref.gdn(layer), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_ar_mode_equals_the_engine_greedy_generation(tiny) -> None:
+    _, toks, stats = _run(tiny, PROMPT, decode="ar", max_tokens=24)
+    assert toks == list(generate_ar(tiny, PROMPT, max_tokens=24))
+    assert stats.decode_mode == "ar" and stats.tokens_per_forward <= 1.0
+
+
+def test_known_answer_model_continues_the_sequence() -> None:
+    path, mask = successor_model_path()
+    model = load_model(path)
+    events, toks, stats = _run(model, PROMPT, decode="diffusion", max_tokens=40, block_length=16,
+                               mask_token_id=mask)
+    assert toks == list(range(16, 56))
+    assert stats.blocks == 3 and stats.exact
+
+
+def test_stop_token_mid_block_truncates_exactly_there() -> None:
+    path, mask = successor_model_path()
+    model = load_model(path)
+    _, toks, stats = _run(model, PROMPT, decode="diffusion", max_tokens=40, block_length=16,
+                          mask_token_id=mask, stop_ids=frozenset({21}))
+    assert toks == [16, 17, 18, 19, 20]
+    assert stats.finish_reason == "stop" and stats.stop_token == 21
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny) -> None:
+    sp = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, seed=7)
+    _, a, _ = _run(tiny, PROMPT, decode="diffusion", max_tokens=20, sampling=sp)
+    _, b, _ = _run(tiny, PROMPT, decode="diffusion", max_tokens=20, sampling=sp)
+    assert a == b
+
+
+def test_expert_coreset_limits_distinct_experts(tiny) -> None:
+    _, _, free = _run(tiny, PROMPT, decode="diffusion", max_tokens=16, block_length=16)
+    _, _, core = _run(tiny, PROMPT, decode="diffusion", max_tokens=16, block_length=16, expert_coreset=2)
+    assert core.experts_per_pass <= 2 < free.experts_per_pass
