@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from . import __version__, console, doctor_cmd, inspect_cmd, make_model_cmd, run_cmd
+from . import __version__, console, doctor_cmd, inspect_cmd, list_cmd, make_model_cmd, pull_cmd, rm_cmd, run_cmd
 
 app = typer.Typer(
     name="clover",
@@ -72,9 +72,12 @@ def root(
         raise typer.Exit()
 
 
+app.command("pull")(pull_cmd.command)
 app.command("run")(run_cmd.command)
 app.command("inspect")(inspect_cmd.command)
 app.command("make-model")(make_model_cmd.command)
+app.command("list")(list_cmd.command)
+app.command("rm")(rm_cmd.command)
 app.command("doctor")(doctor_cmd.command)
 
 
