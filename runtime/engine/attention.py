@@ -1,0 +1,139 @@
+"""Gated full attention: q/k norms, partial NEOX RoPE, GQA, a KV cache, a sigmoid output gate.
+
+The causal form writes the chunk's K/V into the cache and attends over the cache with a causal
+mask; the preview form attends over the cached prefix plus the block's own K/V (bidirectional
+inside the block) and writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model_config import ModelConfig
+from .ops import rms_norm, sigmoid
+from .state import SequenceState
+from .weights import Weights
+
+_SCORE_BUDGET = 1 << 23  # float32 scores held at once (32 MiB): query rows are processed in slices
+
+
+@dataclass
+class AttentionInputs:
+    q: np.ndarray  # (n, heads, head_dim), normed and rotated
+    gate: np.ndarray  # (n, heads * v_dim)
+    k: np.ndarray  # (n, kv_heads, head_dim), normed and rotated
+    v: np.ndarray  # (n, kv_heads, v_dim)
+
+
+def rope_tables(positions: np.ndarray, rope_dim: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of pos · base^(-2j/rope_dim) for j < rope_dim/2: each (n, rope_dim/2) float32."""
+    half = rope_dim // 2
+    inv = base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """NEOX rotation of pairs (d_j, d_{j+rope_dim/2}) on the first rope_dim dims of (n, heads, dim)."""
+    half = cos.shape[1]
+    if half == 0:
+        return x
+    c, s = cos[:, None, :], sin[:, None, :]
+    x1 = x[..., :half]
+    x2 = x[..., half:2 * half]
+    out = x.copy()
+    out[..., :half] = x1 * c - x2 * s
+    out[..., half:2 * half] = x2 * c + x1 * s
+    return out
+
+
+def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, pos0: int) -> AttentionInputs:
+    """Projections for rows at positions pos0..pos0+n-1 (fused `attn_qkv` or split q/k/v)."""
+    p = f"blk.{layer}."
+    n = h.shape[0]
+    hd, hv = cfg.head_dim, cfg.head_dim_v
+    nq = cfg.n_head * hd * 2
+    nk = cfg.n_head_kv * hd
+    if w.has(p + "attn_qkv.weight"):
+        qkv = w.matmul(p + "attn_qkv.weight", h)
+        qg, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+    else:
+        qg = w.matmul(p + "attn_q.weight", h)
+        k = w.matmul(p + "attn_k.weight", h)
+        v = w.matmul(p + "attn_v.weight", h)
+    qg = qg.reshape(n, cfg.n_head, 2 * hd)
+    q = rms_norm(qg[..., :hd], w.tensor(p + "attn_q_norm.weight"), cfg.rms_eps)
+    gate = np.ascontiguousarray(qg[..., hd:]).reshape(n, cfg.n_head * hd)
+    k = rms_norm(k.reshape(n, cfg.n_head_kv, hd), w.tensor(p + "attn_k_norm.weight"), cfg.rms_eps)
+    cos, sin = rope_tables(np.arange(pos0, pos0 + n), cfg.rope_dim, cfg.rope_base)
+    return AttentionInputs(apply_rope(q, cos, sin), gate, apply_rope(k, cos, sin),
+                           np.ascontiguousarray(v).reshape(n, cfg.n_head_kv, hv))
+
+
+def attend(q: np.ndarray, segments: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> np.ndarray:
+    """Softmax attention of q (n, heads, d) over key segments, jointly normalised.
+
+    Each segment is (K (kv_heads, m, d), V (kv_heads, m, dv), mask) where mask is an (n, m)
+    boolean array of allowed pairs or None for all. Query head h uses KV head h // (heads/kv_heads).
+    Per-head K and V rows are contiguous (the cache layout), so nothing is copied. Returns (n, heads, dv).
+    """
+    n, heads, d = q.shape
+    kvh = segments[0][0].shape[0]
+    dv = segments[0][1].shape[2]
+    g = heads // kvh
+    scale = np.float32(1.0 / np.sqrt(d))
+    total = sum(s[0].shape[1] for s in segments)
+    step = max(1, _SCORE_BUDGET // max(1, heads * total))
+    out = np.empty((n, heads, dv), dtype=np.float32)
+    kt = [k[:, None].transpose(0, 1, 3, 2) for k, _, _ in segments]  # (kvh, 1, d, m) views
+    vt = [v[:, None] for _, v, _ in segments]  # (kvh, 1, m, dv)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        qs = q[r0:r1].reshape(r1 - r0, kvh, g, d).transpose(1, 2, 0, 3) * scale  # (kvh, g, r, d)
+        scores = []
+        for (_, _, mask), k_t in zip(segments, kt, strict=True):
+            s = qs @ k_t  # (kvh, g, r, m)
+            if mask is not None:
+                s = np.where(mask[r0:r1], s, np.float32(-np.inf))
+            scores.append(s)
+        m = np.max([np.max(s, axis=-1) for s in scores], axis=0)[..., None]
+        probs = [np.exp(s - m) for s in scores]
+        denom = sum(np.sum(p, axis=-1) for p in probs)[..., None]
+        o = sum(p @ v_t for p, v_t in zip(probs, vt, strict=True)) / denom  # (kvh, g, r, dv)
+        out[r0:r1] = o.transpose(2, 0, 1, 3).reshape(r1 - r0, heads, dv)
+    return out
+
+
+def _output(w: Weights, layer: int, o: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    o = o.reshape(o.shape[0], -1) * sigmoid(gate)
+    return w.matmul(f"blk.{layer}.attn_output.weight", o)
+
+
+def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+    """Attention for rows continuing `state` (at positions n_past...); appends their K/V."""
+    pos0 = state.n_past
+    n = h.shape[0]
+    a = project(w, cfg, layer, h, pos0)
+    kc, vc = state.kv(layer)
+    kc[:, pos0:pos0 + n] = a.k.transpose(1, 0, 2)
+    vc[:, pos0:pos0 + n] = a.v.transpose(1, 0, 2)
+    end = pos0 + n
+    mask = None if n == 1 else np.arange(end)[None, :] <= (pos0 + np.arange(n))[:, None]
+    o = attend(a.q, [(kc[:, :end], vc[:, :end], mask)])
+    return _output(w, layer, o, a.gate)
+
+
+def preview(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+    """Block rows see the whole cached prefix and every row of the block; the cache is untouched."""
+    pos0 = state.n_past
+    a = project(w, cfg, layer, h, pos0)
+    k = np.ascontiguousarray(a.k.transpose(1, 0, 2))
+    v = np.ascontiguousarray(a.v.transpose(1, 0, 2))
+    segments = [(k, v, None)]
+    if pos0:
+        kc, vc = state.kv(layer)
+        segments.insert(0, (kc[:, :pos0], vc[:, :pos0], None))
+    o = attend(a.q, segments)
+    return _output(w, layer, o, a.gate)

@@ -1,0 +1,223 @@
+"""Gated DeltaNet layers: projections, the causal conv ring, the gated delta rule, the gated norm.
+
+The delta rule has two exact forms: `recurrent` (one token at a time, used for decoding) and
+`chunked` (the WY / UT-transform form, used for prefill), which agree to float32 round-off.
+Value head h reads key head h % k_heads (the GGUF files store value heads in tiled order).
+
+Preview (block diffusion) has two operators behind `preview`: "causal" runs the causal layer from
+the committed state without writing back; "clover" is our reading of the vendor operator
+(`clover_mix`), used only when the file carries the Clover-only tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model_config import ModelConfig
+from .ops import l2_norm, rms_norm, sigmoid, silu, softplus
+from .state import SequenceState
+from .weights import Weights
+
+CHUNK = 64  # rows per WY chunk
+RECURRENT_MAX_ROWS = 8  # up to this many rows the per-token loop is cheaper than the chunked form
+CLOVER_TENSORS = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")
+
+
+@dataclass
+class Projected:
+    u: np.ndarray  # (n, conv_dim) pre-conv q|k|v rows
+    z: np.ndarray  # (n, v_heads, v_dim) output gate
+    beta: np.ndarray  # (n, v_heads)
+    g: np.ndarray  # (n, v_heads) log decay, <= 0
+
+
+def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> Projected:
+    p = f"blk.{layer}."
+    n = h.shape[0]
+    u = w.matmul(p + "attn_qkv.weight", h)
+    z = w.matmul(p + "attn_gate.weight", h).reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
+    b = w.matmul(p + "ssm_beta.weight", h)
+    a = w.matmul(p + "ssm_alpha.weight", h)
+    dt = w.tensor(p + "ssm_dt.bias").reshape(-1)
+    ssm_a = w.tensor(p + "ssm_a").reshape(-1)
+    return Projected(u, z, sigmoid(b), ssm_a * softplus(a + dt))
+
+
+def conv(ring: np.ndarray, u: np.ndarray, taps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depthwise causal conv over [ring; u] (tap kernel-1 multiplies the current row), before SiLU.
+
+    Returns the conv output (n, conv_dim) and the new ring (the last kernel-1 pre-conv rows).
+    """
+    kernel = taps.shape[1]
+    n = u.shape[0]
+    xx = np.concatenate([ring, u], axis=0)
+    out = xx[0:n] * taps[:, 0]
+    for j in range(1, kernel):
+        out += xx[j:j + n] * taps[:, j]
+    return out, xx[xx.shape[0] - (kernel - 1):].copy()
+
+
+def split_heads(cfg: ModelConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Post-conv rows -> q, k (n, k_heads, k_dim) L2-normed (q also / sqrt(k_dim)); v (n, v_heads, v_dim)."""
+    n = x.shape[0]
+    nk, dk = cfg.ssm_k_heads, cfg.ssm_state
+    q = l2_norm(x[:, :nk * dk].reshape(n, nk, dk)) * np.float32(1.0 / np.sqrt(dk))
+    k = l2_norm(x[:, nk * dk:2 * nk * dk].reshape(n, nk, dk))
+    v = x[:, 2 * nk * dk:].reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
+    return q, k, np.ascontiguousarray(v)
+
+
+def to_value_heads(x: np.ndarray, n_v_heads: int) -> np.ndarray:
+    """(n, k_heads, d) -> (n, v_heads, d): value head h reads key head h % k_heads (tiled order)."""
+    return x[:, np.arange(n_v_heads) % x.shape[1]]
+
+
+def recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
+              s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule one token at a time; s (v_heads, k_dim, v_dim) is updated in place.
+
+    q, k: (n, k_heads, k_dim); v: (n, v_heads, v_dim); beta, g: (n, v_heads).
+    Per value head: S <- exp(g)·S; e = v - Sᵀk; S <- S + k ⊗ (β·e); o = Sᵀq (after the update).
+    """
+    n, nv, dv = v.shape
+    q, k = to_value_heads(q, nv), to_value_heads(k, nv)
+    out = np.empty((n, nv, dv), dtype=np.float32)
+    decay = np.exp(g).astype(np.float32)
+    for t in range(n):
+        s *= decay[t][:, None, None]
+        kt = k[t]
+        e = (v[t] - np.matmul(kt[:, None, :], s)[:, 0]) * beta[t][:, None]
+        s += kt[:, :, None] * e[:, None, :]
+        out[t] = np.matmul(q[t][:, None, :], s)[:, 0]
+    return out, s
+
+
+def chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
+            s: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """The same recurrence in chunks (WY / UT transform); returns (o, new S) and leaves `s` alone.
+
+    Inside a chunk, with Γ the cumulative log decay: u = (I + A)⁻¹(βv − βe^Γ k S₀) where
+    A[i,j] = β_i e^{Γ_i−Γ_j} k_i·k_j (j < i); o_i = e^{Γ_i} q_i S₀ + Σ_{j≤i} e^{Γ_i−Γ_j} (q_i·k_j) u_j;
+    S₁ = e^{Γ_C} S₀ + Σ_j e^{Γ_C−Γ_j} k_j u_jᵀ. Every exponent is ≤ 0, so nothing overflows.
+    """
+    n, nv, dv = v.shape
+    Q = np.ascontiguousarray(to_value_heads(q, nv).transpose(1, 0, 2))
+    K = np.ascontiguousarray(to_value_heads(k, nv).transpose(1, 0, 2))
+    V = np.ascontiguousarray(v.transpose(1, 0, 2))
+    B = np.ascontiguousarray(beta.T)
+    G = np.ascontiguousarray(g.T).astype(np.float64)
+    out = np.empty((nv, n, dv), dtype=np.float32)
+    s = s.copy()
+    for c0 in range(0, n, chunk):
+        c1 = min(n, c0 + chunk)
+        c = c1 - c0
+        qc, kc, vc, bc = Q[:, c0:c1], K[:, c0:c1], V[:, c0:c1], B[:, c0:c1]
+        gam = np.cumsum(G[:, c0:c1], axis=1)
+        lower = np.tri(c, dtype=bool)
+        decay = np.exp(np.where(lower, gam[:, :, None] - gam[:, None, :], -np.inf)).astype(np.float32)
+        kk = (kc @ kc.transpose(0, 2, 1)) * decay * bc[:, :, None]
+        a = np.where(np.tri(c, k=-1, dtype=bool), kk, np.float32(0)) + np.eye(c, dtype=np.float32)
+        eg = np.exp(gam).astype(np.float32)
+        rhs = np.concatenate([vc * bc[:, :, None], kc * (bc * eg)[:, :, None]], axis=-1)
+        x = np.linalg.solve(a, rhs)
+        u = x[..., :dv] - x[..., dv:] @ s
+        out[:, c0:c1] = (qc * eg[:, :, None]) @ s + ((qc @ kc.transpose(0, 2, 1)) * decay) @ u
+        tail = np.exp(gam[:, -1:] - gam).astype(np.float32)
+        s = s * eg[:, -1][:, None, None] + (kc * tail[:, :, None]).transpose(0, 2, 1) @ u
+    return out.transpose(1, 0, 2), s
+
+
+def delta_rule(w: Weights, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
+               s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token loop for a few rows, chunked form for more (compiled with the numba backend).
+
+    Returns (o, new S); `s` itself is left unchanged.
+    """
+    if q.shape[0] <= RECURRENT_MAX_ROWS:
+        return recurrent(q, k, v, beta, g, s.copy())
+    if w.gdn_kernel is not None:
+        return w.gdn_kernel(q, k, v, g, beta, s)
+    return chunked(q, k, v, beta, g, s)
+
+
+def output(w: Weights, cfg: ModelConfig, layer: int, o: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """RMSNorm(o; ssm_norm) ⊙ SiLU(z) per value head, then `ssm_out`."""
+    p = f"blk.{layer}."
+    y = rms_norm(o, w.tensor(p + "ssm_norm.weight").reshape(-1), cfg.rms_eps) * silu(z)
+    return w.matmul(p + "ssm_out.weight", y.reshape(o.shape[0], -1))
+
+
+def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+    """The layer for rows continuing `state`; advances its conv ring and recurrent state."""
+    out, ring, s = _causal(w, cfg, layer, h, state)
+    r0, s0 = state.gdn(layer)
+    r0[...] = ring
+    s0[...] = s
+    return out
+
+
+def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
+            state: SequenceState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pr = project(w, cfg, layer, h)
+    ring, s = state.gdn(layer)
+    x, new_ring = conv(ring, pr.u, w.tensor(f"blk.{layer}.ssm_conv1d.weight"))
+    q, k, v = split_heads(cfg, silu(x))
+    o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s)
+    return output(w, cfg, layer, o, pr.z), new_ring, s_new
+
+
+def has_clover_tensors(w: Weights, layer: int) -> bool:
+    return all(w.has(f"blk.{layer}.{t}") for t in CLOVER_TENSORS)
+
+
+def clover_mix(q: np.ndarray, k: np.ndarray, v: np.ndarray, s: np.ndarray, scale: np.ndarray,
+               hist_bias: np.ndarray, hist_c: np.ndarray) -> np.ndarray:
+    """OUR READING of the vendor's GDN preview mixer (its exact math is unpublished).
+
+    Per value head h (key head h % k_heads) and block row t, a softmax over every block row s
+    (bidirectional) plus one "history slot" read from the committed state S_h:
+        logit_s    = scale_h · (q_t · k_s)              value v_s
+        r_t        = S_hᵀ q_t                            (the linear-attention read of the history)
+        logit_hist = hist_bias_h + hist_c_h · ‖r_t‖      value r_t
+    o_t = Σ softmax(logits) · values. Inputs: q, k (n, k_heads, k_dim) normed (q already divided by
+    sqrt(k_dim)), v (n, v_heads, v_dim), s (v_heads, k_dim, v_dim); per-head parameters (v_heads,).
+    Replace this one function when the vendor publishes the operator.
+    """
+    nv = v.shape[1]
+    q, k = to_value_heads(q, nv), to_value_heads(k, nv)
+    Q, K, V = (np.ascontiguousarray(a.transpose(1, 0, 2)) for a in (q, k, v))  # (heads, n, d)
+    hist = Q @ s  # (heads, n, v_dim)
+    logits = (Q @ K.transpose(0, 2, 1)) * scale[:, None, None]  # (heads, n, n)
+    hist_logit = hist_bias[:, None] + hist_c[:, None] * np.linalg.norm(hist, axis=-1)  # (heads, n)
+    m = np.maximum(np.max(logits, axis=-1), hist_logit)
+    p = np.exp(logits - m[..., None])
+    ph = np.exp(hist_logit - m)
+    o = (p @ V + ph[..., None] * hist) / (np.sum(p, axis=-1) + ph)[..., None]
+    return o.transpose(1, 0, 2).astype(np.float32)
+
+
+def _per_head(w: Weights, name: str, n_heads: int) -> np.ndarray:
+    return np.broadcast_to(w.tensor(name).reshape(-1), (n_heads,)).astype(np.float32)
+
+
+def preview(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+            mode: str) -> np.ndarray:
+    """The layer over a diffusion block without touching `state` ("causal" or "clover")."""
+    if mode == "causal":
+        return _causal(w, cfg, layer, h, state)[0]
+    p = f"blk.{layer}."
+    pr = project(w, cfg, layer, h)
+    ring, s = state.gdn(layer)
+    x, _ = conv(ring, pr.u, w.tensor(p + "ssm_conv1d.weight"))
+    right = w.tensor(p + "ssm_conv1d_right.weight")  # (conv_dim, 3): column j-1 multiplies row t+j
+    n = h.shape[0]
+    for j in range(1, right.shape[1] + 1):
+        if j < n:
+            x[:n - j] += pr.u[j:] * right[:, j - 1]
+    q, k, v = split_heads(cfg, silu(x))
+    nv = cfg.ssm_v_heads
+    o = clover_mix(q, k, v, s, _per_head(w, p + "ssm_bd_scale", nv), _per_head(w, p + "ssm_bd_hist_bias", nv),
+                   _per_head(w, p + "ssm_bd_hist_c", nv))
+    return output(w, cfg, layer, o, pr.z)

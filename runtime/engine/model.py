@@ -1,0 +1,247 @@
+"""The Clover trunk from a GGUF file: causal forward (prefill, decode, commit) and the preview pass.
+
+Every hyper-parameter comes from the file's metadata (`runtime.model_config`), so tiny test
+models and the 35B model run through the same code. Activations are float32 throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CloverError, ContextLengthError, ModelFileError
+from ..gguf_file import GGUFModelFile, open_gguf
+from ..model_config import ModelConfig, describe
+from . import attention, gdn
+from .moe import moe
+from .ops import rms_norm
+from .state import SequenceState
+from .weights import Weights
+
+PREFILL_CHUNK = 256
+GDN_PREVIEW_MODES = ("auto", "causal", "clover")
+
+
+@dataclass
+class PreviewResult:
+    """Logits of one preview pass and what it cost."""
+
+    logits: np.ndarray  # (len(rows), n_vocab) float32
+    experts_per_layer: list[int] = field(default_factory=list)  # distinct experts used, per layer
+    rows: np.ndarray | None = None  # block rows the logits belong to
+    gdn_preview: str = "causal"  # the GDN operator that ran ("causal" or "clover")
+
+
+class Model:
+    """A loaded model: weights stay memory-mapped; all state lives in `SequenceState` objects."""
+
+    def __init__(self, file: GGUFModelFile, config: ModelConfig, weights: Weights) -> None:
+        self.file = file
+        self.config = config
+        self.weights = weights
+        self.prefill_chunk = PREFILL_CHUNK
+        self._head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
+        self.has_clover_tensors = bool(config.gdn_layers) and all(
+            gdn.has_clover_tensors(weights, i) for i in config.gdn_layers)
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self.weights.backend
+
+    @property
+    def n_vocab(self) -> int:
+        return self.config.n_vocab
+
+    @property
+    def tied_output(self) -> bool:
+        return self._head == "token_embd.weight"
+
+    # -- state ----------------------------------------------------------------------------------
+    def new_state(self, n_ctx: int | None = None) -> SequenceState:
+        """An empty sequence with room for `n_ctx` tokens (default: the model's context length)."""
+        cfg = self.config
+        n_ctx = cfg.context_length if n_ctx is None else int(n_ctx)
+        if n_ctx > cfg.context_length:
+            raise ContextLengthError(n_ctx, cfg.context_length)
+        if n_ctx < 1:
+            raise CloverError(f"n_ctx must be at least 1, got {n_ctx}")
+        kv = ((cfg.n_head_kv, cfg.head_dim), (cfg.n_head_kv, cfg.head_dim_v))
+        attn = {i: kv for i in cfg.attention_layers}
+        ring = (max(cfg.ssm_conv_kernel - 1, 0), cfg.ssm_conv_dim)
+        s = (cfg.ssm_v_heads, cfg.ssm_state, cfg.ssm_v_dim)
+        return SequenceState.empty(n_ctx, attn, {i: (ring, s) for i in cfg.gdn_layers})
+
+    def restore(self, state: SequenceState, snapshot: SequenceState) -> None:
+        """Return `state` to a snapshot taken with `state.copy()`; the snapshot stays reusable."""
+        state.restore(snapshot)
+
+    # -- passes ---------------------------------------------------------------------------------
+    def forward(self, token_ids: Any, state: SequenceState | None = None, *,
+                last_only: bool = False) -> np.ndarray:
+        """Causal logits (n, n_vocab) float32 for `token_ids`, continuing `state` (appending to it).
+
+        With `state=None` the sequence starts empty. `last_only` returns only the last row (1, n_vocab).
+        Rows of padded vocabulary entries (ids past the tokenizer's tokens) are -inf.
+        """
+        ids = self._ids(token_ids)
+        n = len(ids)
+        if state is None:
+            if n > self.config.context_length:
+                raise ContextLengthError(n, self.config.context_length)
+            state = self.new_state(max(1, n))
+        state.check_room(n)
+        out = np.empty((min(n, 1) if last_only else n, self.n_vocab), dtype=np.float32)
+        if n == 0:
+            return out
+        state.prepare_write()
+        self.weights.enter()
+        for c0 in range(0, n, self.prefill_chunk):
+            c1 = min(n, c0 + self.prefill_chunk)
+            x = self._embed(ids[c0:c1])
+            for i in range(self.config.n_layer):
+                x = self._causal_layer(i, x, state)
+            state.n_past += c1 - c0
+            if not last_only:
+                out[c0:c1] = self._logits(x)
+            elif c1 == n:
+                out[0] = self._logits(x[-1:])[0]
+        return out
+
+    def commit(self, token_ids: Any, state: SequenceState) -> np.ndarray:
+        """Append a resolved block to `state` (a causal forward); returns the last row's logits (n_vocab,)."""
+        ids = self._ids(token_ids)
+        if len(ids) == 0:
+            raise CloverError("commit needs at least one token")
+        return self.forward(ids, state, last_only=True)[0]
+
+    def preview(self, token_ids: Any, state: SequenceState, *, logit_rows: Any = None,
+                expert_coreset: int | None = None, gdn_preview: str = "auto") -> PreviewResult:
+        """The block-diffusion preview pass over a block continuing `state`; `state` is not changed.
+
+        Attention layers see the cached prefix and the whole block (bidirectional inside it).
+        GDN layers use `gdn_preview`: "causal" (the causal layer from the committed state, no
+        write-back), "clover" (our reading of the vendor operator; needs the Clover-only tensors)
+        or "auto" (clover when the file has those tensors). MoE routes per row, or within an
+        expert coreset of `expert_coreset` experts shared by the block. `logit_rows` limits the
+        LM head to those rows.
+        """
+        ids = self._ids(token_ids)
+        n = len(ids)
+        if n == 0:
+            raise CloverError("preview needs at least one token")
+        state.check_room(n)
+        mode = self._gdn_mode(gdn_preview)
+        if expert_coreset is not None and int(expert_coreset) < 1:
+            raise CloverError(f"expert_coreset must be at least 1, got {expert_coreset}")
+        cfg = self.config
+        self.weights.enter()
+        x = self._embed(ids)
+        used: list[int] = []
+        for i in range(cfg.n_layer):
+            h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
+            if cfg.layer_is_attention[i]:
+                x = x + attention.preview(self.weights, cfg, i, h, state)
+            else:
+                x = x + gdn.preview(self.weights, cfg, i, h, state, mode)
+            x, experts = self._moe(i, x, expert_coreset)
+            used.append(len(experts))
+        rows = np.arange(n) if logit_rows is None else np.asarray(logit_rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise CloverError(f"logit_rows must lie in 0..{n - 1}")
+        return PreviewResult(self._logits(x[rows]), used, rows, mode)
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def _gdn_mode(self, requested: str) -> str:
+        if requested not in GDN_PREVIEW_MODES:
+            choices = ", ".join(GDN_PREVIEW_MODES)
+            raise CloverError(f"unknown gdn_preview '{requested}' (choose from {choices})")
+        if requested == "auto":
+            return "clover" if self.has_clover_tensors else "causal"
+        if requested == "clover" and not self.has_clover_tensors:
+            raise CloverError("gdn_preview 'clover' needs the Clover-only GDN tensors, which this file lacks")
+        return requested
+
+    def _ids(self, token_ids: Any) -> np.ndarray:
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_vocab):
+            bad = int(ids[(ids < 0) | (ids >= self.n_vocab)][0])
+            raise CloverError(f"token id {bad} is outside the vocabulary (0..{self.n_vocab - 1})")
+        return ids
+
+    def _vec(self, name: str) -> np.ndarray:
+        return self.weights.tensor(name).reshape(-1)
+
+    def _embed(self, ids: np.ndarray) -> np.ndarray:
+        return np.array(self.weights.rows("token_embd.weight", ids), dtype=np.float32)
+
+    def _moe(self, i: int, x: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
+        h = rms_norm(x, self._vec(f"blk.{i}.post_attention_norm.weight"), self.config.rms_eps)
+        out, experts = moe(self.weights, self.config, i, h, coreset)
+        return x + out, experts
+
+    def _causal_layer(self, i: int, x: np.ndarray, state: SequenceState) -> np.ndarray:
+        cfg = self.config
+        h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
+        if cfg.layer_is_attention[i]:
+            x = x + attention.causal(self.weights, cfg, i, h, state)
+        else:
+            x = x + gdn.causal(self.weights, cfg, i, h, state)
+        return self._moe(i, x, None)[0]
+
+    def _logits(self, x: np.ndarray) -> np.ndarray:
+        h = rms_norm(x, self._vec("output_norm.weight"), self.config.rms_eps)
+        logits = self.weights.matmul(self._head, h)
+        real = self.config.n_tokens
+        if 0 < real < logits.shape[1]:
+            logits[:, real:] = -np.inf
+        return logits
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.weights.clear_cache()
+        self.file.close()
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Model({c.arch}, {c.n_layer} layers, hidden {c.n_embd}, {c.n_expert} experts, "
+                f"backend={self.backend})")
+
+
+def _resolve_path(path_or_ref: str | Path) -> Path:
+    """A local file as is; otherwise what `clover pull` put in the cache (no download here)."""
+    path = Path(path_or_ref)
+    if path.exists() or path.suffix.lower() == ".gguf":
+        return path  # a missing .gguf path is reported by open_gguf as "model file not found"
+    try:
+        from ..hub import resolve_model
+    except ImportError:
+        raise ModelFileError(f"model file not found: {path}") from None
+    return Path(resolve_model(str(path_or_ref), download=False, progress=False))
+
+
+def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
+               cache_bytes: int | None = None) -> Model:
+    """Open a GGUF model (a path, or a reference already in the local cache) for inference.
+
+    `backend`: "numba" (fused quantized kernels), "numpy" (reference path, dequantizes), or
+    "auto" (numba when available). `cache_bytes` bounds the dequantized weights the numpy path
+    keeps (default 512 MiB; 0 with numba). Raises ModelFileError for unusable files.
+    """
+    file = open_gguf(_resolve_path(path_or_ref))
+    try:
+        config = describe(file)
+        weights = Weights(file, backend, cache_bytes, n_threads)
+    except BaseException:
+        file.close()
+        raise
+    return Model(file, config, weights)

@@ -1,0 +1,88 @@
+"""Mixture of experts: softmax routing, top-k renormalised, plus the sigmoid-gated shared expert.
+
+An optional expert coreset (block-diffusion previews) restricts every row of a pass to one small
+set of experts: the union of the rows' own top-k choices, cut to K by summed routing weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model_config import ModelConfig
+from .ops import sigmoid, silu, softmax
+from .weights import Weights
+
+
+@dataclass
+class Routing:
+    ids: np.ndarray  # (n, k) expert ids, most probable first
+    weights: np.ndarray  # (n, k) float32, summing to 1 per row
+
+
+def top_k(probs: np.ndarray, k: int, allowed: np.ndarray | None = None) -> Routing:
+    """Each row's k most probable experts (only among `allowed` when given), weights renormalised."""
+    p = probs
+    if allowed is not None:
+        mask = np.zeros(probs.shape[1], dtype=bool)
+        mask[allowed] = True
+        p = np.where(mask, probs, np.float32(-1))
+        k = min(k, int(mask.sum()))
+    ids = np.argsort(-p, axis=1, kind="stable")[:, :k]
+    top = np.take_along_axis(probs, ids, axis=1)
+    return Routing(ids.astype(np.int64), (top / np.sum(top, axis=1, keepdims=True)).astype(np.float32))
+
+
+def coreset(routing: Routing, size: int) -> np.ndarray:
+    """The union of the rows' choices, keeping the `size` experts with the largest summed weight."""
+    totals = np.zeros(int(routing.ids.max()) + 1 if routing.ids.size else 0, dtype=np.float64)
+    np.add.at(totals, routing.ids.reshape(-1), routing.weights.reshape(-1))
+    chosen = np.flatnonzero(totals > 0)
+    order = np.argsort(-totals[chosen], kind="stable")
+    return np.sort(chosen[order[:max(1, size)]])
+
+
+def route(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
+          coreset_size: int | None = None) -> Routing:
+    probs = softmax(w.matmul(f"blk.{layer}.ffn_gate_inp.weight", h))
+    routing = top_k(probs, cfg.n_expert_used)
+    if coreset_size is not None:
+        routing = top_k(probs, cfg.n_expert_used, coreset(routing, coreset_size))
+    return routing
+
+
+def experts(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, routing: Routing) -> np.ndarray:
+    """Σ_j weight_j · down_e(SiLU(gate_e h) ⊙ up_e h) over each row's routed experts e = ids[:, j]."""
+    p = f"blk.{layer}."
+    f = cfg.expert_ff
+    if w.has(p + "ffn_gate_up_exps.weight"):
+        gu = w.moe_matmul(p + "ffn_gate_up_exps.weight", h, routing.ids)
+        gate, up = gu[..., :f], gu[..., f:]
+    else:
+        gate = w.moe_matmul(p + "ffn_gate_exps.weight", h, routing.ids)
+        up = w.moe_matmul(p + "ffn_up_exps.weight", h, routing.ids)
+    down = w.moe_matmul(p + "ffn_down_exps.weight", silu(gate) * up, routing.ids)
+    return np.einsum("nk,nkh->nh", routing.weights, down).astype(np.float32)
+
+
+def shared_expert(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> np.ndarray | None:
+    p = f"blk.{layer}."
+    if not cfg.shared_ff or not w.has(p + "ffn_down_shexp.weight"):
+        return None
+    act = silu(w.matmul(p + "ffn_gate_shexp.weight", h)) * w.matmul(p + "ffn_up_shexp.weight", h)
+    out = w.matmul(p + "ffn_down_shexp.weight", act)
+    if w.has(p + "ffn_gate_inp_shexp.weight"):
+        out *= sigmoid(h @ w.tensor(p + "ffn_gate_inp_shexp.weight").reshape(-1))[:, None]
+    return out
+
+
+def moe(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
+        coreset_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The layer's MoE output (n, hidden) and the distinct experts it used."""
+    routing = route(w, cfg, layer, h, coreset_size)
+    out = experts(w, cfg, layer, h, routing)
+    shared = shared_expert(w, cfg, layer, h)
+    if shared is not None:
+        out += shared
+    return out, np.unique(routing.ids)

@@ -1,0 +1,43 @@
+"""Element-wise pieces of the forward pass, in float32 and written to stay finite for any input."""
+
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x²) + eps) ⊙ weight over the last axis (weights already hold the +1 offset)."""
+    x = x.astype(F32, copy=False)
+    ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=F32)
+    out = x / np.sqrt(ms + F32(eps))
+    if weight is not None:
+        out *= weight
+    return out
+
+
+def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """x / sqrt(Σx² + eps) over the last axis (the GDN query/key normalisation)."""
+    ss = np.sum(np.square(x), axis=-1, keepdims=True, dtype=F32)
+    return x / np.sqrt(ss + F32(eps))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x) without overflow warnings for large |x|."""
+    return np.exp(-np.logaddexp(F32(0), -x)).astype(F32, copy=False)
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(F32(0), x).astype(F32, copy=False)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x * sigmoid(x)
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax that tolerates rows of -inf entries mixed with finite ones."""
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=axis, keepdims=True)

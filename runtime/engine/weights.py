@@ -1,0 +1,188 @@
+"""Weight access: tensors stay memory-mapped and quantized; every weight product goes through here.
+
+Two backends compute the products. "numpy" (the reference path) dequantizes with
+`runtime.quants` and multiplies with BLAS, keeping dequantized matrices in a cache bounded by
+`cache_bytes` (least recently used first out; a matrix larger than the budget is streamed in row
+blocks and never held whole). "numba" multiplies straight from the quantized bytes with the fused
+kernels of `runtime.kernels`. Expert tensors are only ever touched one expert at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+
+import numpy as np
+
+from ..errors import CloverError
+from ..gguf_file import GGUFModelFile, TensorInfo
+from ..quants import dequantize, dequantize_rows
+from ..quants.formats import F32
+
+BACKENDS = ("auto", "numpy", "numba")
+DEFAULT_CACHE_BYTES = 512 << 20  # numpy backend: dequantized dense matrices kept between calls
+_STREAM_BYTES = 64 << 20  # a matrix over the budget is dequantized this many float32 bytes at a time
+
+
+def numba_available() -> bool:
+    """True when the compiled kernels can be imported (numba installed and working)."""
+    try:
+        from .. import kernels  # noqa: F401
+    except Exception:  # any import-time failure of numba means: use the numpy path
+        return False
+    return True
+
+
+def resolve_backend(backend: str) -> str:
+    """"auto" means the compiled kernels when they import, else the numpy reference path."""
+    if backend not in BACKENDS:
+        raise CloverError(f"unknown backend '{backend}' (choose from {', '.join(BACKENDS)})")
+    if backend == "auto":
+        return "numba" if numba_available() else "numpy"
+    if backend == "numba" and not numba_available():
+        raise CloverError("the numba backend is not available (numba failed to import)")
+    return backend
+
+
+class Weights:
+    """The tensors of one opened GGUF file, with the single entry point for weight products."""
+
+    def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
+                 n_threads: int | None = None) -> None:
+        self.file = file
+        self.backend = resolve_backend(backend)
+        self.n_threads = n_threads
+        self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
+        if self.backend == "numba":
+            from .. import kernels
+
+            self._kernels = kernels
+            self.gdn_kernel = getattr(kernels, "gdn_chunked", None)
+            self.enter()
+        if cache_bytes is None:
+            cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
+        limit = cache_bytes
+        self.cache_limit = max(0, int(limit))
+        self.cache_used = 0
+        self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()  # forwards of different sequences may run on different threads
+        self._small: dict[str, np.ndarray] = {}
+
+    def enter(self) -> None:
+        """Apply the thread count in the calling thread (numba's setting is per thread)."""
+        if self.backend == "numba":
+            self._kernels.set_threads(self.n_threads)
+
+    # -- lookup ---------------------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        return name in self.file.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        return self.file.tensors[name]
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """A small tensor (norm, bias, conv taps, scalars) dequantized once and kept as float32."""
+        arr = self._small.get(name)
+        if arr is None:
+            info = self.info(name)
+            arr = np.array(dequantize(self.file.raw(name), info.ggml_type, info.shape), dtype=np.float32)
+            if shape is not None:
+                arr = arr.reshape(shape)
+            self._small[name] = arr
+        return arr
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Selected rows of a 2-D tensor (the embedding lookup), reading only those rows' bytes."""
+        info = self.info(name)
+        return dequantize_rows(self.file.raw(name), info.ggml_type, info.shape[-1], np.asarray(ids))
+
+    # -- products -------------------------------------------------------------------------------
+    def matmul(self, name: str, x: np.ndarray) -> np.ndarray:
+        """x (n, in) times the (out, in) weight `name` transposed: (n, out) float32."""
+        info = self.info(name)
+        n_out, n_in = _matrix_shape(info)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if self.backend == "numba":
+            return self._kernels.matmul(self.file.raw(name), info.ggml_type, n_out, n_in, x)
+        return self._numpy_matmul(name, info, 0, n_out, n_in, x)
+
+    def moe_matmul(self, name: str, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Per-row expert products with the 3-D tensor `name` (n_expert, out, in).
+
+        `ids` (n, k) are the experts of each row; `x` is (n, in) (shared by a row's experts) or
+        (n, k, in) (one input per routed slot). Returns (n, k, out): y[i, j] = W[ids[i, j]] · x.
+        """
+        info = self.info(name)
+        n_out, n_in = info.shape[-2], info.shape[-1]
+        ids = np.asarray(ids, dtype=np.int64)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if self.backend == "numba":
+            return self._kernels.moe_matmul(self.file.raw(name), info.ggml_type, n_out, n_in, x, ids)
+        n, k = ids.shape
+        xs = np.broadcast_to(x[:, None, :], (n, k, n_in)) if x.ndim == 2 else x
+        out = np.empty((n, k, n_out), dtype=np.float32)
+        flat_ids = ids.reshape(-1)
+        flat_x = xs.reshape(n * k, n_in)
+        flat_out = out.reshape(n * k, n_out)
+        for e in np.unique(flat_ids):
+            sel = np.flatnonzero(flat_ids == e)
+            flat_out[sel] = self._numpy_matmul(name, info, int(e), n_out, n_in, flat_x[sel])
+        return out
+
+    # -- numpy path -----------------------------------------------------------------------------
+    def _numpy_matmul(self, name: str, info: TensorInfo, expert: int, n_out: int, n_in: int,
+                      x: np.ndarray) -> np.ndarray:
+        w = self._dense(name, info, expert, n_out, n_in)
+        if w is not None:
+            return x @ w.T
+        out = np.empty((x.shape[0], n_out), dtype=np.float32)
+        step = max(1, _STREAM_BYTES // (4 * n_in))
+        for r0 in range(0, n_out, step):
+            r1 = min(n_out, r0 + step)
+            block = self._rows_of(name, info, expert, n_out, n_in, slice(r0, r1))
+            out[:, r0:r1] = x @ block.T
+        return out
+
+    def _rows_of(self, name: str, info: TensorInfo, expert: int, n_out: int, n_in: int,
+                 rows: slice) -> np.ndarray:
+        base = expert * n_out
+        return dequantize_rows(self.file.raw(name), info.ggml_type, n_in,
+                               slice(base + rows.start, base + rows.stop))
+
+    def _dense(self, name: str, info: TensorInfo, expert: int, n_out: int, n_in: int) -> np.ndarray | None:
+        """The dequantized matrix from the cache, decoding it if it fits; None when it never fits."""
+        if info.ggml_type == F32:  # already float: a view of the mapped bytes costs nothing
+            return self._rows_of(name, info, expert, n_out, n_in, slice(0, n_out))
+        key = (name, expert)
+        with self._lock:
+            w = self._cache.get(key)
+            if w is not None:
+                self._cache.move_to_end(key)
+                return w
+        size = 4 * n_out * n_in
+        if size > self.cache_limit:
+            return None
+        w = self._rows_of(name, info, expert, n_out, n_in, slice(0, n_out))
+        with self._lock:
+            if key not in self._cache:
+                while self._cache and self.cache_used + size > self.cache_limit:
+                    _, old = self._cache.popitem(last=False)
+                    self.cache_used -= old.nbytes
+                self._cache[key] = w
+                self.cache_used += size
+        return w
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self.cache_used = 0
+
+    def names(self) -> Iterable[str]:
+        return self.file.tensors.keys()
+
+
+def _matrix_shape(info: TensorInfo) -> tuple[int, int]:
+    if len(info.shape) != 2:
+        raise CloverError(f"tensor '{info.name}' is not a matrix (shape {list(info.shape)})")
+    return info.shape[0], info.shape[1]

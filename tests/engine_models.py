@@ -1,0 +1,49 @@
+"""Test models and comparisons shared by the engine tests (tests/test_engine_*.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from hf_oracle import QUANT_SHAPE, TinyShape, clover_tensors, random_weights, to_gguf_tensors, write_gguf
+
+from runtime.synth import SynthSpec, write_model
+
+
+def token_ids(n: int, n_tokens: int, seed: int = 0) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(0, n_tokens, n)]
+
+
+def assert_logits_close(got: np.ndarray, want: np.ndarray, rel: float = 1e-4) -> float:
+    """Same shape, -inf exactly where `want` has it, max |diff| <= rel * max |want|; returns the ratio."""
+    got = np.asarray(got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    finite = np.isfinite(want)
+    assert np.array_equal(np.isfinite(got), finite), "masked (-inf) entries differ"
+    assert np.all(got[~finite] == -np.inf)
+    ratio = float(np.max(np.abs(got[finite] - want[finite])) / np.max(np.abs(want[finite])))
+    assert ratio <= rel, f"relative logit error {ratio:.3g} > {rel:g}"
+    return ratio
+
+
+def oracle_model(directory: Path, quant: str = "F32", *, fused: bool = False, tied: bool = False,
+                 clover: bool = False, shape: TinyShape = QUANT_SHAPE, seed: int = 0) -> Path:
+    """A GGUF converted from random transformers-named weights (cached by its parameters)."""
+    path = directory / f"oracle-{quant}-{'fused' if fused else 'split'}-{int(tied)}{int(clover)}-{seed}.gguf"
+    if not path.exists():
+        tensors = to_gguf_tensors(random_weights(shape, seed, tied=tied), shape, fused_qkv=fused,
+                                  fused_gate_up=fused, tied=tied)
+        if clover:
+            tensors.update(clover_tensors(shape, seed + 1))
+        write_gguf(path, tensors, shape, quant=quant)
+    return path
+
+
+def synth_model(directory: Path, quant: str = "F32", *, preset: str = "small", **overrides: object) -> Path:
+    """A model from the project's synthetic generator (cached by its parameters)."""
+    key = "-".join(f"{k}{v}" for k, v in sorted(overrides.items()))
+    path = directory / f"synth-{preset}-{quant}-{key}.gguf"
+    if not path.exists():
+        write_model(path, SynthSpec.preset(preset, quant=quant, **overrides))
+    return path
