@@ -13,7 +13,18 @@ from pathlib import Path
 
 import typer
 
-from . import __version__, console, doctor_cmd, inspect_cmd, list_cmd, make_model_cmd, pull_cmd, rm_cmd, run_cmd
+from . import (
+    __version__,
+    bench_cmd,
+    console,
+    doctor_cmd,
+    inspect_cmd,
+    list_cmd,
+    make_model_cmd,
+    pull_cmd,
+    rm_cmd,
+    run_cmd,
+)
 
 app = typer.Typer(
     name="clover",
@@ -26,14 +37,18 @@ app = typer.Typer(
 
 GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
 
-  clover inspect MODEL.gguf         what a GGUF holds and whether it fits this machine
+  clover pull owner/repo:Q4_K_M     download a model into the Hugging Face cache
+  clover run [MODEL]                chat in the terminal (or one-shot with a prompt)
+  clover bench [MODEL]              prefill / decode / diffusion speed, llama-bench style
+  clover inspect MODEL              what a GGUF holds and whether it fits this machine
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
 
 Run `clover COMMAND --help` for the options of each command.
 """
 
 
-def _git_sha() -> str:
+def git_commit() -> str:
+    """The short commit of a source checkout, 'release' for an installed package."""
     here = Path(__file__).resolve().parent.parent
     if not (here / ".git").exists():
         return "release"
@@ -47,7 +62,7 @@ def _git_sha() -> str:
 
 
 def version_string() -> str:
-    return f"clover {__version__} ({_git_sha()})"
+    return f"clover {__version__} ({git_commit()})"
 
 
 def _version_callback(value: bool) -> None:
@@ -74,6 +89,7 @@ def root(
 
 app.command("pull")(pull_cmd.command)
 app.command("run")(run_cmd.command)
+app.command("bench")(bench_cmd.command)
 app.command("inspect")(inspect_cmd.command)
 app.command("make-model")(make_model_cmd.command)
 app.command("list")(list_cmd.command)

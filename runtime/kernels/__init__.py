@@ -1,6 +1,8 @@
-"""Compiled (numba) kernels: fused dequantize-and-multiply for dense and grouped-MoE weights."""
+"""Compiled (numba) kernels: fused dequantize-and-multiply for dense and grouped-MoE weights, and
+the chunked Gated DeltaNet used for prefill."""
 
-from .jit import kernel_cache_dir, set_threads
+from .gdn import gdn_chunked
+from .jit import default_threads, kernel_cache_dir, set_threads
 from .matmul import matmul, moe_matmul
 
-__all__ = ["kernel_cache_dir", "matmul", "moe_matmul", "set_threads"]
+__all__ = ["default_threads", "gdn_chunked", "kernel_cache_dir", "matmul", "moe_matmul", "set_threads"]

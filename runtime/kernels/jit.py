@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from pathlib import Path
+
+from ..paths import numba_cache_dir
 
 
 def kernel_cache_dir() -> Path:
-    """The platform's per-user cache directory for clover's compiled kernels."""
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-        return base / "clover" / "Cache" / "numba"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "clover" / "numba"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "clover" / "numba"
+    """The per-user cache directory for clover's compiled kernels (honours CLOVER_HOME)."""
+    return numba_cache_dir()
 
 
 def _sources_stamp() -> str:
     """A short digest of this package's sources, naming the cache directory of this version.
 
     numba checks only the modification time of the file defining a cached function, not of the
-    files its callees live in (the block decoders), so a changed decoder needs a fresh cache.
+    files its callees live in (the vector code generators), so a changed callee needs a fresh cache.
     """
     h = hashlib.sha1()
     for f in sorted(Path(__file__).parent.glob("*.py")):
@@ -58,8 +54,26 @@ njit = numba.njit
 prange = numba.prange
 
 
+def default_threads() -> int:
+    """Physical cores (hyper-threads share the vector units the kernels saturate)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # noqa: BLE001 - a fallback, never a failure
+        n = None
+    return int(n or os.cpu_count() or 1)
+
+
 def set_threads(n: int | None) -> int:
-    """Use `n` threads in the kernels (None: all numba allows); returns the number in use."""
+    """Use `n` threads in the kernels (None: physical cores); returns the number in use.
+
+    numba's setting belongs to the calling thread: call this in the thread that runs forwards.
+    numpy's BLAS is set to one thread: large products get their own pool (see `blas`).
+    """
+    from .blas import set_blas_threads
+
     limit = numba.config.NUMBA_NUM_THREADS
-    numba.set_num_threads(max(1, min(int(n or limit), limit)))
+    numba.set_num_threads(max(1, min(int(n or default_threads()), limit)))
+    set_blas_threads(1)
     return numba.get_num_threads()

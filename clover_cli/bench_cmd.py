@@ -1,0 +1,154 @@
+"""`clover bench`: llama-bench's tests and output formats, plus block-diffusion generation (dgN).
+
+Module top imports only typer and the standard library; the runtime is imported inside the command.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from .completion import complete_model
+
+_L = list[str] | None
+
+
+def command(
+    models: Annotated[_L, typer.Argument(metavar="[MODEL]...", autocompletion=complete_model,
+                                         help="Model files or Hub references (also -m, repeatable).")] = None,
+    model_opt: Annotated[_L, typer.Option("-m", "--model", help="Model to measure (repeatable).")] = None,
+    n_prompt: Annotated[_L, typer.Option("-p", "--n-prompt", help="Prompt tokens for ppN tests "
+                                         "(default 512; lists: 128,512 or 128-1024*2; 0 skips).")] = None,
+    n_gen: Annotated[_L, typer.Option("-n", "--n-gen",
+                                      help="Generated tokens for tgN tests (default 128; 0 skips).")] = None,
+    pg: Annotated[_L, typer.Option("-pg", help="Prompt then generation: 'pp,tg' (repeatable).")] = None,
+    n_diffusion: Annotated[_L, typer.Option("-dg", "--n-diffusion", help="Tokens for block-diffusion "
+                                            "dgN tests (default 128; 0 skips).")] = None,
+    depth: Annotated[_L, typer.Option("-d", "--n-depth", help="Tokens already in context.")] = None,
+    repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1, help="Runs per test.")] = 5,
+    threads: Annotated[_L, typer.Option("-t", "--threads", help="Threads (default: physical cores).")] = None,
+    backend: Annotated[_L, typer.Option("--backend", help="numba (default) or numpy.")] = None,
+    block_length: Annotated[_L, typer.Option("--block-length", help="Diffusion block length.")] = None,
+    threshold: Annotated[_L, typer.Option("--threshold", help="Diffusion reveal threshold.")] = None,
+    expert_coreset: Annotated[_L, typer.Option("--expert-coreset",
+                                               help="Experts shared by a diffusion block.")] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="md, csv, json or jsonl.")] = "md",
+    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="No warm-up run.")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Use only models already on disk.")] = False,
+) -> None:
+    """Measure prefill (ppN), decode (tgN) and block-diffusion (dgN) speed, like llama-bench.
+
+    Each test runs once to warm up, then -r times; the table shows mean ± std tokens/s. Timing
+    excludes tokenization (prompts are synthetic token ids).
+
+    Example:
+
+        clover bench model.gguf -p 512 -n 128 -dg 128 -t 1,2 -o md
+    """
+    from runtime.bench import (
+        OUTPUT_FORMATS,
+        build_info,
+        make_configs,
+        make_tests,
+        parse_float_list,
+        parse_int_list,
+        parse_pairs,
+        render,
+    )
+    from runtime.errors import CloverError
+
+    if output not in OUTPUT_FORMATS:
+        raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")
+    names = list(models or []) + list(model_opt or [])
+    if not names:
+        raise CloverError("no model given", "pass a model file or reference, e.g. clover bench model.gguf")
+    backends = [b.strip() for v in (backend or ["numba"]) for b in v.split(",") if b.strip()]
+    for b in backends:
+        if b not in ("numba", "numpy"):
+            raise CloverError(f"unknown backend '{b}' (choose from numba, numpy)")
+    tests = make_tests(parse_int_list(n_prompt or ["512"]), parse_int_list(n_gen or ["128"]),
+                       parse_pairs(pg or []), parse_int_list(n_diffusion or ["128"]),
+                       parse_int_list(depth or ["0"]) or [0])
+    if not tests:
+        raise CloverError("no tests to run (every count is 0)")
+    if threads:
+        thread_list = parse_int_list(threads)
+    else:
+        from runtime.kernels.jit import default_threads
+
+        thread_list = [default_threads()]
+    if any(t < 1 for t in thread_list):
+        raise CloverError("threads must be at least 1")
+    configs = make_configs(thread_list, backends, parse_int_list(block_length or []),
+                           parse_float_list(threshold or []), parse_int_list(expert_coreset or []))
+    from . import __version__
+    from .app import git_commit
+
+    build = build_info(__version__, git_commit())
+    all_records: list[dict] = []
+    for name in names:
+        path = _resolve(name, offline)
+        for cfg in configs:
+            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build)
+    sys.stdout.write(render(all_records, output, build))
+    sys.stdout.flush()
+
+
+def _resolve(name: str, offline: bool) -> str:
+    """A local path for `name`: files as given, Hub references through the model cache."""
+    from pathlib import Path
+
+    from runtime.errors import ModelFileError
+
+    if Path(name).exists():
+        return name
+    try:
+        from runtime.hub import resolve_model
+    except ImportError:
+        raise ModelFileError(f"model file not found: {name}") from None
+    return str(resolve_model(name, offline=offline))
+
+
+def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build) -> list[dict]:
+    from runtime.bench import model_facts, records, run_tests
+    from runtime.engine import load_model
+
+    model = load_model(path, n_threads=cfg.threads, backend=cfg.backend)
+    facts = model_facts(path, model)
+    with _progress(len(tests) * (repetitions + int(warmup))) as tick:
+        results = run_tests(model, tests, cfg, repetitions=repetitions, warmup=warmup,
+                            on_progress=lambda test, i, n: tick(f"{facts.model_type}: {test.name}", i, n))
+    return records(facts, cfg, results, build)
+
+
+class _progress:
+    """A rich progress bar on an interactive stderr; nothing otherwise."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self._bar = total, 0, None
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from .console import err
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                 console=err(), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("bench", total=self.total)
+        return self._tick
+
+    def _tick(self, description: str, i: int, n: int) -> None:
+        if self._bar is not None and i > 0:
+            self.done += 1
+            self._bar.update(self._task, completed=min(self.done, self.total), description=description)
+        elif self._bar is not None:
+            self._bar.update(self._task, description=description)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
