@@ -6,28 +6,28 @@ import json
 
 import typer
 
-from . import console
-
 
 def command(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
-    """List cached GGUF models as repo:QUANT with size and path.
+    """List cached GGUF models: repo:QUANT, size and path (split models once, with all their shards).
 
     Example:
 
         clover list --json
     """
-    from runtime.hub import list_cached
-    from runtime.paths import hf_cache_dir
+    from runtime.hub import cache_root, list_cached
+
+    from . import console
+    from .fit_table import human_bytes, print_table
 
     models = list_cached()
     if as_json:
-        typer.echo(json.dumps([{"name": m.name, "repo": m.repo, "quant": m.quant, "size": m.size,
-                                "path": str(m.path), "files": [str(f) for f in m.files]} for m in models], indent=2))
+        typer.echo(json.dumps([{"name": m.name, "repo": m.repo, "quant": m.quant, "file": m.relpath,
+                                "size": m.size, "path": str(m.path), "commit": m.commit,
+                                "files": [str(f) for f in m.files]} for m in models], ensure_ascii=False, indent=2))
         return
     out = console.out()
     if not models:
-        out.print(f"no models in {hf_cache_dir()} (get one with: clover pull)", markup=False)
+        out.print(f"no models in {cache_root()} (get one with: clover pull)", markup=False, highlight=False)
         return
-    width = max(len(m.name) for m in models)
-    for m in models:
-        out.print(f"{m.name:<{width}}  {m.size / 2**30:8.2f} GiB  {m.path}", markup=False, highlight=False)
+    print_table(out, [("NAME", "left"), ("SIZE", "right"), ("PATH", "left")],
+                [(m.name, human_bytes(m.size), str(m.path)) for m in models], plain=True)

@@ -1,50 +1,79 @@
-"""`clover pull MODEL`: download a model into the Hugging Face cache, checking it fits first."""
+"""`clover pull MODEL`: download a model into the Hugging Face cache, checking first that it fits."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
-from . import console
+from .completion import complete_model
 
 _E = "CLOVER_"
 
 
+def _check_fit(p: Any, *, ctx_size: int, force: bool, token: str | None) -> None:
+    """Read the header remotely (a few MB) and stop before the download when the model cannot run here."""
+    from runtime import memory_fit
+    from runtime.errors import CloverError, ModelFileError
+    from runtime.hub import remote_header
+    from runtime.model_config import describe_tensors
+
+    from . import console
+
+    try:
+        model = remote_header(p, token=token)
+        cfg = describe_tensors(model.metadata, model.tensors)
+    except ModelFileError as exc:
+        if force:
+            console.warn(f"{exc.message}; downloading anyway (--force)")
+            return
+        raise CloverError(exc.message, "clover cannot run this file; pass --force to download it anyway") from None
+    n_ctx = min(ctx_size, cfg.context_length) if ctx_size > 0 else cfg.context_length
+    estimate = memory_fit.estimate(cfg, model.tensor_bytes, n_ctx)
+    system = memory_fit.probe_system()
+    verdict = memory_fit.assess(estimate, system)
+    console.info(f"memory fit at -c {n_ctx} (from the header, {model.bytes_read:,} bytes read): {verdict.message}")
+    if verdict.verdict == memory_fit.NO_FIT:
+        from .fit_table import print_fit_table
+
+        print_fit_table(estimate, system, verdict)
+        if not force:
+            raise CloverError(f"{p.ref} does not fit this machine at -c {n_ctx}",
+                              (verdict.hint + "; " if verdict.hint else "") + "or pass --force to download anyway")
+        console.warn("downloading anyway (--force)")
+    elif verdict.verdict == memory_fit.PAGING:
+        console.warn(f"{verdict.message} (expect slow generation)")
+
+
 def command(
-    model: str | None = typer.Argument(None, help="owner/repo[:QUANT], hf.co/…, a file URL (default: Clover Q4_K_M)."),
-    file: str | None = typer.Option(None, "--file", "-f", help="Exact file name in the repository."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context to check the memory fit for.",
+    model: str | None = typer.Argument(None, metavar="[MODEL]", autocompletion=complete_model,
+                                       help="owner/repo[:QUANT], hf.co/owner/repo[:QUANT], or a Hub file URL "
+                                            "(default: Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M)."),
+    file: str | None = typer.Option(None, "--file", "-f", help="Exact file in the repository (overrides :QUANT)."),
+    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", min=0,
+                                 help="Context length to check the memory fit for (0 = the model's).",
                                  envvar=_E + "CTX_SIZE"),
     force: bool = typer.Option(False, "--force", help="Download even when the model does not fit this machine."),
-    hf_token: str | None = typer.Option(None, "--hf-token", help="Token for gated or private repos (or HF_TOKEN)."),
-    offline: bool = typer.Option(False, "--offline", help="Only look in the cache.", envvar=_E + "OFFLINE"),
+    hf_token: str | None = typer.Option(None, "--hf-token", envvar="HF_TOKEN",
+                                        help="Token for gated or private repositories (default: HF_TOKEN)."),
+    offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE",
+                                 help="Use the cache only (also HF_HUB_OFFLINE=1)."),
 ) -> None:
-    """Download a model (all shards) into the Hugging Face cache; resumes interrupted downloads.
+    """Download a model (every shard) into the Hugging Face cache, resuming interrupted downloads.
+
+    Checks first that the model fits this machine (from its header, read remotely) and that the disk
+    has room; verifies each file's sha256 against the Hub before it counts as downloaded.
 
     Example:
 
         clover pull Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M
     """
-    from runtime.errors import CloverError
     from runtime.hub import resolve_model
 
-    def fit_first(ref, files) -> None:  # noqa: ANN001 - callback from the Hub layer
-        from runtime import memory_fit
-        from runtime.hub import remote_header
-        from runtime.model_config import describe_tensors
+    from . import console
 
-        header = remote_header(ref, token=hf_token)
-        cfg = describe_tensors(header.metadata, header.tensors)
-        weight_bytes = sum(f.size for f in files)
-        system = memory_fit.probe_system()
-        estimate = memory_fit.estimate(cfg, weight_bytes, min(ctx_size, cfg.context_length))
-        verdict = memory_fit.assess(estimate, system)
-        console.info(f"memory fit at -c {ctx_size}: {verdict.message}")
-        if verdict.verdict == "does not fit" and not force:
-            from .fit_table import print_fit_table
+    def fit_first(p: Any) -> None:
+        _check_fit(p, ctx_size=ctx_size, force=force, token=hf_token)
 
-            print_fit_table(estimate, system, verdict)
-            raise CloverError(f"{ref} does not fit this machine: {verdict.message}",
-                              "pass --force to download anyway, or choose a smaller quant")
-
-    path = resolve_model(model, file=file, offline=offline, token=hf_token, before_download=fit_first)
-    console.out().print(f"done: {path}", markup=False, highlight=False)
+    path = resolve_model(model, file=file, offline=offline, token=hf_token, refresh=True, before_download=fit_first)
+    console.out().print(f"done: {path}", markup=False, highlight=False, soft_wrap=True)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
-from . import console
+from .completion import complete_model
 
 
 def command(
-    model: str = typer.Argument(..., help="owner/repo or owner/repo:QUANT as `clover list` shows it."),
+    model: str = typer.Argument(..., metavar="MODEL", autocompletion=complete_model,
+                                help="owner/repo[:QUANT] as `clover list` shows it (every quant when none)."),
     yes: bool = typer.Option(False, "-y", "--yes", help="Do not ask for confirmation."),
 ) -> None:
-    """Remove a cached model (every quant of the repo when no quant is given).
+    """Remove cached models, then the downloaded blobs no other snapshot uses.
 
     Example:
 
@@ -20,12 +23,18 @@ def command(
     from runtime.errors import CloverError
     from runtime.hub import matching, remove
 
+    from . import console
+    from .fit_table import human_bytes
+
     found = matching(model)
     if not found:
         raise CloverError(f"no cached model matches {model}", "see what is cached with: clover list")
     for m in found:
-        console.info(f"  {m.name}  {m.size / 2**30:.2f} GiB  {m.path}")
-    if not yes and not typer.confirm(f"delete {len(found)} model(s)?", default=False, err=True):
-        raise typer.Exit(1)
+        console.info(f"  {m.name}  {human_bytes(m.size)}  {m.path}")
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CloverError(f"not deleting {len(found)} model(s) without confirmation", "pass -y to confirm")
+        if not typer.confirm(f"delete {len(found)} model(s)?", default=False, err=True):
+            raise typer.Exit(1)
     freed = remove(found)
-    console.out().print(f"deleted {len(found)} model(s), freed {freed / 2**30:.2f} GiB", markup=False)
+    console.out().print(f"deleted {len(found)} model(s), freed {human_bytes(freed)}", markup=False, highlight=False)

@@ -1,8 +1,11 @@
-"""The Hugging Face Hub side: identifiers, file choice, downloads, the cache, remote headers."""
+"""The Hugging Face Hub side of clover: identifiers, file choice, verified resumable downloads into the
+standard cache, remote GGUF headers, and the cache itself (`clover pull`, `list`, `rm`)."""
 
-from .cache import CachedModel, list_cached, matching, remove
-from .refs import DEFAULT_QUANT, DEFAULT_REPO, ModelRef, parse_model_ref
-from .resolve import open_for_inspect, remote_header, resolve_model
+from .cache import CachedModel, cache_root, find_cached, list_cached, matching, remove
+from .header import RemoteModel
+from .refs import DEFAULT_MODEL, DEFAULT_QUANT, DEFAULT_REPO, ModelRef, looks_like_path, parse_model_ref
+from .resolve import Plan, offline_mode, open_for_inspect, plan, remote_header, resolve_model
 
-__all__ = ["DEFAULT_QUANT", "DEFAULT_REPO", "CachedModel", "ModelRef", "list_cached", "matching", "open_for_inspect",
-           "parse_model_ref", "remote_header", "remove", "resolve_model"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_QUANT", "DEFAULT_REPO", "CachedModel", "ModelRef", "Plan", "RemoteModel",
+           "cache_root", "find_cached", "list_cached", "looks_like_path", "matching", "offline_mode",
+           "open_for_inspect", "parse_model_ref", "plan", "remote_header", "remove", "resolve_model"]

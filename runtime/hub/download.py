@@ -1,246 +1,230 @@
-"""Downloads through `huggingface_hub` into the standard Hugging Face cache (shared with llama.cpp
-and other tools): resumable, sha256-verified before a file counts as complete, a free-disk check
-first, and a progress bar we draw ourselves (one log line per ~10 % when not on a terminal)."""
+"""Downloading files into the Hugging Face cache layout: resumable across runs, verified, disk-checked.
+
+huggingface_hub 2.4's `hf_hub_download` writes each attempt to a process-unique temporary file and
+deletes it when the attempt fails, so a download that is killed or cut off starts again from zero in
+the next run. Clover therefore keeps its own partial file, `blobs/<etag>.incomplete`, resumes it with
+a `Range` request (accepting only a 206 whose Content-Range starts where the file ends; a 200 restarts
+from zero, never appends), hashes the bytes as they arrive, and moves the blob to its final name only
+when size and sha256 equal the Hub's LFS oid, so a corrupt file never poses as complete. The HTTP
+session, headers, error types, lock files and cache layout are huggingface_hub's, so the files are
+shared with it and with llama.cpp.
+"""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import HubError
-from ..paths import hf_cache_dir
-from . import select
-from .refs import ModelRef
+from . import remote
+from .cache import cache_root, partial_path, repo_dir
+from .progress import human
+
+CHUNK = 1 << 20
+ATTEMPTS = 3
+FIRST_DELAY = 2.0
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    sha256: str | None  # the LFS oid, when the file is in LFS
+class Cancelled(Exception):
+    """Another shard failed or the user pressed Ctrl-C: stop, keeping what is on disk."""
 
 
-def token_from(token: str | None) -> str | None:
-    return token or os.environ.get("HF_TOKEN") or None
+def partial_size(repo: str, meta: remote.FileMeta) -> int:
+    part = partial_path(repo, meta.etag)
+    return part.stat().st_size if part.is_file() else 0
 
 
-def _api(token: str | None) -> Any:
-    from huggingface_hub import HfApi
-
-    return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token_from(token))
-
-
-def translate(exc: Exception, repo: str, cached: bool = False) -> HubError:
-    """One clear line for what the Hub client raised."""
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-    )
-
-    if isinstance(exc, GatedRepoError):
-        return HubError(f"access denied to {repo}: set HF_TOKEN or accept the licence at "
-                        f"https://huggingface.co/{repo}")
-    if isinstance(exc, RepositoryNotFoundError):
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status in (401, 403) and token_from(None):
-            return HubError(f"access denied to {repo}: set HF_TOKEN or accept the licence at "
-                            f"https://huggingface.co/{repo}")
-        return HubError(f"repository not found: {repo}",
-                        hint="check the name; private or gated repos need HF_TOKEN or --hf-token")
-    if isinstance(exc, EntryNotFoundError):
-        return HubError(f"file not found in {repo}: {exc}")
-    if isinstance(exc, LocalEntryNotFoundError):
-        return HubError(f"cannot reach the Hub for {repo} and the file is not cached")
-    if isinstance(exc, HfHubHTTPError):
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        if status in (401, 403):
-            return HubError(f"access denied to {repo}: set HF_TOKEN or accept the licence at "
-                            f"https://huggingface.co/{repo}")
-        return HubError(f"the Hub answered HTTP {status} for {repo}")
-    where = "a cached copy exists (use --offline)" if cached else "no cached copy exists"
-    what = f"{exc}" if isinstance(exc, HubUnreachable) else type(exc).__name__
-    return HubError(f"cannot reach the Hub ({what}) for {repo}; {where}")
-
-
-def endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
-
-
-def reachable(url: str, timeout: float = 3.0) -> bool:
-    """A quick TCP connect, so a machine without network learns it in seconds rather than after the
-    Hub client's five retries with exponential backoff."""
-    import socket
-    from urllib.parse import urlparse
-
-    u = urlparse(url)
-    port = u.port or (443 if u.scheme == "https" else 80)
-    try:
-        with socket.create_connection((u.hostname or "", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-class HubUnreachable(Exception):
-    """The endpoint does not accept connections."""
-
-
-def list_remote(ref: ModelRef, token: str | None = None) -> tuple[list[RemoteFile], str | None]:
-    """Every file of the repository with size and LFS sha256, and the commit listed."""
-    if not reachable(endpoint()):
-        raise HubUnreachable(endpoint())
-    api = _api(token)
-    items = api.list_repo_tree(ref.repo, recursive=True, revision=ref.revision)
-    files = []
-    for it in items:
-        size = getattr(it, "size", None)
-        if size is None:
-            continue
-        lfs = getattr(it, "lfs", None)
-        sha = getattr(lfs, "sha256", None) if lfs is not None else None
-        if sha is None and isinstance(lfs, dict):
-            sha = lfs.get("sha256")
-        files.append(RemoteFile(it.path, int(size), sha))
-    return files, None
-
-
-def cache_repo_dir(repo: str) -> Path:
-    return hf_cache_dir() / f"models--{repo.replace('/', '--')}"
-
-
-def cached_listing(repo: str, revision: str | None = None) -> tuple[Path | None, list[str]]:
-    """(snapshot dir, relative paths) of the cached snapshot `refs/main` (or `revision`) points at."""
-    root = cache_repo_dir(repo)
-    rev = revision or "main"
-    ref_file = root / "refs" / rev
-    commit = ref_file.read_text(encoding="utf-8").strip() if ref_file.is_file() else rev
-    snap = root / "snapshots" / commit
-    if not snap.is_dir():
-        return None, []
-    return snap, sorted(p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file())
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def check_disk(files: list[RemoteFile], have: set[str]) -> None:
-    """Refuse before downloading when the cache's disk cannot hold what is missing."""
+def check_disk(need: int) -> None:
+    """Refuse before downloading when the cache's disk cannot hold what is still missing."""
     import psutil
 
-    need = sum(f.size for f in files if f.path not in have)
-    root = hf_cache_dir()
+    root = cache_root()
     probe = root
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     free = psutil.disk_usage(str(probe)).free
     if need > free:
-        raise HubError(f"not enough disk space in {root}: need {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free",
-                       hint="free some space, or point CLOVER_CACHE / HF_HUB_CACHE at a bigger disk")
+        raise HubError(f"not enough disk space in {root}: the download needs {human(need)}, {human(free)} is free",
+                       hint="free some space, or point CLOVER_CACHE (or HF_HUB_CACHE) at a bigger disk")
 
 
-def _blob_progress(repo: str, rf: RemoteFile, report: Callable[[str, int, int], None], stop: threading.Event) -> None:
-    """Follow the growing `.incomplete` blob huggingface_hub writes and report its size."""
-    blobs = cache_repo_dir(repo) / "blobs"
-    while not stop.wait(0.25):
-        best = 0
-        for p in blobs.glob("*.incomplete") if blobs.is_dir() else []:
-            try:
-                best = max(best, p.stat().st_size)
-            except OSError:
-                pass
-        report(rf.path, best, rf.size)
+def _lock(repo: str, etag: str, note: Callable[[str], None]) -> Any:
+    """huggingface_hub's lock for this blob, so two processes never write the same partial file."""
+    from huggingface_hub.utils import WeakFileLock
+
+    path = cache_root() / ".locks" / repo_dir(repo).name / f"{etag}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = WeakFileLock(path, timeout=0.5)
+    try:
+        lock.__enter__()
+        return lock
+    except Exception as exc:  # noqa: BLE001 - filelock.Timeout, without depending on filelock directly
+        if type(exc).__name__ != "Timeout":
+            raise
+    note(f"waiting for another download of {etag[:12]}… to finish")
+    lock = WeakFileLock(path)
+    lock.__enter__()
+    return lock
 
 
-def download_files(ref: ModelRef, files: list[RemoteFile], *, token: str | None,
-                   report: Callable[[str, int, int], None] | None = None) -> list[Path]:
-    """Fetch (or reuse) each file, verifying its sha256 against the Hub's LFS oid."""
-    from huggingface_hub.utils import disable_progress_bars
+def link_into_snapshot(blob: Path, pointer: Path, *, fresh: bool) -> None:
+    """Make `pointer` name the blob: a relative symlink where allowed, else a hard link, else the blob
+    itself (moved when just downloaded, copied when other snapshots may use it) — the layouts
+    huggingface_hub produces on Windows without Developer Mode."""
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    if pointer.is_symlink() or pointer.exists():
+        pointer.unlink()
+    try:
+        os.symlink(os.path.relpath(blob, pointer.parent), pointer)
+        return
+    except (OSError, NotImplementedError):
+        pass
+    try:
+        os.link(blob, pointer)
+        return
+    except OSError:
+        pass
+    if fresh:
+        os.replace(blob, pointer)
+    else:
+        shutil.copyfile(blob, pointer)
 
-    disable_progress_bars()
-    out = []
-    for rf in files:
-        stop = threading.Event()
-        watcher = None
-        if report is not None:
-            watcher = threading.Thread(target=_blob_progress, args=(ref.repo, rf, report, stop), daemon=True)
-            watcher.start()
+
+class _Partial:
+    """The growing `.incomplete` file and the sha256 of the bytes in it."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+        self.hasher = hashlib.sha256()
+        self.done = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            if path.stat().st_size > size:
+                path.unlink()
+            else:
+                with path.open("rb") as fh:
+                    for block in iter(lambda: fh.read(CHUNK * 8), b""):
+                        self.hasher.update(block)
+                        self.done += len(block)
+
+    def restart(self) -> None:
+        self.hasher = hashlib.sha256()
+        self.done = 0
+
+
+def _transfer(meta: remote.FileMeta, part: _Partial, repo: str, token: str | None,
+              report: Callable[[int], None], cancel: threading.Event | None) -> None:
+    """One GET from where the partial file ends to the end of the file."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    headers = remote.data_headers(meta.url, token)
+    if part.done:
+        headers["Range"] = f"bytes={part.done}-"
+    with get_session().stream("GET", meta.url, headers=headers,
+                              timeout=float(constants.HF_HUB_DOWNLOAD_TIMEOUT)) as resp:
+        remote.raise_for_status(resp, repo, meta.path)
+        if part.done and resp.status_code == 200:
+            part.restart()  # the server ignored Range: start over rather than append the wrong bytes
+        elif part.done and (resp.status_code != 206
+                            or not resp.headers.get("Content-Range", "").startswith(f"bytes {part.done}-")):
+            raise HubError(f"the Hub answered the resume request for {meta.path} with HTTP {resp.status_code} "
+                           f"({resp.headers.get('Content-Range', 'no Content-Range')}); nothing was appended")
+        with part.path.open("r+b" if part.path.exists() else "wb") as fh:
+            fh.seek(part.done)
+            fh.truncate()
+            for chunk in resp.iter_bytes(CHUNK):
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled
+                if part.done + len(chunk) > part.size:
+                    raise HubError(f"the Hub sent more than the {part.size:,} bytes of {meta.path}")
+                fh.write(chunk)
+                part.hasher.update(chunk)
+                part.done += len(chunk)
+                report(part.done)
+
+
+def _disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)) or getattr(exc, "winerror", 0) in (39, 112)
+
+
+def download_blob(repo: str, meta: remote.FileMeta, blob: Path, *, token: str | None,
+                  progress: Any, cancel: threading.Event | None = None,
+                  renew: Callable[[], remote.FileMeta] | None = None) -> None:
+    """Fetch one blob (resuming its partial file), verify it, and give it its final name."""
+    kept = partial_size(repo, meta)
+    if 0 < kept <= meta.size:
+        progress.note(f"{meta.path}: resuming after {human(kept)} already downloaded")
+    part = _Partial(partial_path(repo, meta.etag), meta.size)
+    report = progress.file(meta.path, meta.size, part.done)
+    attempt, delay = 1, FIRST_DELAY
+    while part.done < meta.size:
+        before = part.done
         try:
-            local = _fetch_with_retries(ref, rf, token)
-        finally:
-            stop.set()
-            if watcher is not None:
-                watcher.join()
-        if report is not None:
-            report(rf.path, rf.size, rf.size)
-        verify(local, rf)
-        out.append(local)
-    return out
+            _transfer(meta, part, repo, token, report, cancel)
+            if part.done < meta.size:
+                raise remote.Unreachable(f"connection closed after {part.done:,} of {meta.size:,} bytes")
+            continue
+        except HubError as exc:
+            if renew is None or "HTTP 403" not in exc.message and "access denied" not in exc.message:
+                raise
+            meta, renew = renew(), None  # a signed CDN URL expired: ask the Hub for a fresh one, once
+            continue
+        except Exception as exc:  # noqa: BLE001 - cut connections and timeouts are retried below
+            if isinstance(exc, OSError) and _disk_full(exc):
+                raise HubError(f"disk full while downloading {meta.path} into {cache_root()}: {human(part.done)} "
+                               "are kept, free some space and run the same command again to resume") from None
+            err = exc if isinstance(exc, (Cancelled, remote.Unreachable)) else remote.translate(exc, repo, meta.path)
+            if not isinstance(err, remote.Unreachable):
+                raise err from None
+        if part.done > before:
+            attempt, delay = 1, FIRST_DELAY  # it moved: a fresh set of attempts, as huggingface_hub does
+        if attempt >= ATTEMPTS:
+            raise HubError(f"download of {meta.path} was interrupted ({err.reason}); {human(part.done)} of "
+                           f"{human(meta.size)} are kept: run the same command again to resume")
+        progress.note(f"{meta.path}: {err.reason}; retrying in {delay:.0f} s")
+        time.sleep(delay)
+        attempt, delay = attempt + 1, delay * 2
+    part.path.touch(exist_ok=True)  # an empty file has no bytes to write
+    _verify(meta, part)
+    os.replace(part.path, blob)
+    progress.note(f"{meta.path}: sha256 verified" if meta.sha256 else f"{meta.path}: size verified (no LFS sha256)")
 
 
-def _is_transfer_error(exc: Exception) -> bool:
-    names = {t.__name__ for t in type(exc).__mro__}
-    return bool(names & {"RemoteProtocolError", "ReadError", "ReadTimeout", "ConnectError", "ConnectionError",
-                         "ChunkedEncodingError", "ProtocolError", "TimeoutException", "NetworkError"})
+def _verify(meta: remote.FileMeta, part: _Partial) -> None:
+    """Size and sha256 (the LFS oid) must match before the file counts; a bad file is deleted."""
+    got = part.hasher.hexdigest()
+    size = part.path.stat().st_size if part.path.exists() else 0
+    if size == meta.size and (meta.sha256 is None or got == meta.sha256):
+        return
+    part.path.unlink(missing_ok=True)
+    what = f"{size:,} bytes instead of {meta.size:,}" if size != meta.size else \
+        f"sha256 {got[:16]}… instead of the Hub's {(meta.sha256 or '')[:16]}…"
+    raise HubError(f"downloaded file {meta.path} is corrupt ({what}); it was removed, run the command again")
 
 
-def _fetch_with_retries(ref: ModelRef, rf: RemoteFile, token: str | None, attempts: int = 3) -> Path:
-    """hf_hub_download keeps a partial `.incomplete` blob and resumes it with a Range request;
-    a cut connection is retried (2 s, then 4 s) before giving up, and a later run resumes too."""
-    from huggingface_hub import hf_hub_download
-
-    delay = 2.0
-    for attempt in range(1, attempts + 1):
-        try:
-            return Path(hf_hub_download(ref.repo, rf.path, revision=ref.revision, cache_dir=hf_cache_dir(),
-                                        token=token_from(token)))
-        except Exception as exc:  # noqa: BLE001 - every Hub failure becomes one line
-            if _is_transfer_error(exc) and attempt < attempts:
-                time.sleep(delay)
-                delay *= 2
-                continue
-            if _is_transfer_error(exc):
-                raise HubError(f"download of {rf.path} was interrupted ({type(exc).__name__}); the part already "
-                               "fetched is kept: run the same command again to resume") from None
-            raise translate(exc, ref.repo) from None
-    raise AssertionError("unreachable")
-
-
-
-def verify(local: Path, rf: RemoteFile) -> None:
-    """A file counts as complete only when size and sha256 match; a bad blob is removed."""
-    size = local.stat().st_size
-    bad = size != rf.size
-    if not bad and rf.sha256:
-        bad = sha256_file(local) != rf.sha256
-    if bad:
-        blob = local.resolve()
-        for p in (local, blob):
-            try:
-                p.unlink()
-            except OSError:
-                pass
-        raise HubError(f"downloaded file {rf.path} is corrupt (size or sha256 differs from the Hub's); "
-                       "it was removed, run the command again")
-
-
-def pick_files(ref: ModelRef, listing: list[str]) -> tuple[list[str], str]:
-    first, why = select.choose(listing, ref.repo, ref.quant, ref.file)
-    return select.shards_of(first, listing), why
-
-
-def wait_poll(seconds: float) -> None:
-    time.sleep(seconds)
+def fetch(repo: str, meta: remote.FileMeta, *, token: str | None, progress: Any,
+          cancel: threading.Event | None = None, renew: Callable[[], remote.FileMeta] | None = None) -> Path:
+    """The snapshot path of one file, downloading its blob unless the cache already has it."""
+    folder = repo_dir(repo)
+    pointer = folder / "snapshots" / meta.commit / meta.path
+    if pointer.is_file():
+        return pointer
+    blob = folder / "blobs" / meta.etag
+    lock = _lock(repo, meta.etag, progress.note)
+    try:
+        fresh = not blob.is_file()
+        if fresh:
+            download_blob(repo, meta, blob, token=token, progress=progress, cancel=cancel, renew=renew)
+        link_into_snapshot(blob, pointer, fresh=fresh)
+    finally:
+        lock.__exit__(None, None, None)
+    return pointer

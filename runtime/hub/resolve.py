@@ -1,162 +1,213 @@
-"""From what a user typed to a local GGUF path: a local file as is, a cached model (also offline),
-or a download; plus reading a remote header with range requests, so `inspect` and the fit check
-work before 21 GB are fetched."""
+"""From what a user typed to a local GGUF path: a local file as is, a cached model (no network
+needed, also offline), or a download; and `open_for_inspect`, which reads the header of a model that is
+not cached over HTTP instead of downloading it."""
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import HubError
-from . import download
-from .refs import ModelRef, parse_model_ref
+from ..errors import HubError, ModelFileError
+from . import download as dl
+from . import remote, select
+from .cache import cache_root, find_cached, repo_dir, write_ref
+from .header import RemoteModel, read_model
+from .progress import Progress, human
+from .refs import ModelRef, looks_like_path, parse_model_ref
+
+MAX_PARALLEL = 4
+_TRUE = ("1", "true", "yes", "on")
 
 
-def offline_mode(offline: bool) -> bool:
-    return offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or \
-        os.environ.get("CLOVER_OFFLINE", "").lower() in ("1", "true", "yes")
+def offline_mode(offline: bool = False) -> bool:
+    """--offline, HF_HUB_OFFLINE=1 or CLOVER_OFFLINE=1: the cache only, no network at all."""
+    return offline or any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "CLOVER_OFFLINE"))
 
 
-def _from_cache(ref: ModelRef) -> Path | None:
-    snap, listing = download.cached_listing(ref.repo, ref.revision)
-    if snap is None:
-        return None
-    try:
-        shards, _ = download.pick_files(ref, listing)
-    except HubError:
-        return None
-    if all((snap / s).is_file() for s in shards):
-        return snap / shards[0]
-    return None
+@dataclass
+class Plan:
+    """What a model is on the Hub right now: the chosen files, their metadata and what is missing."""
+
+    ref: ModelRef
+    note: str
+    files: list[remote.RemoteFile]
+    metas: list[remote.FileMeta]
+
+    @property
+    def commit(self) -> str:
+        return self.metas[0].commit
+
+    def missing(self) -> list[remote.FileMeta]:
+        folder = repo_dir(self.ref.repo)
+        return [m for m in self.metas if not (folder / "snapshots" / m.commit / m.path).is_file()
+                and not (folder / "blobs" / m.etag).is_file()]
+
+    def missing_bytes(self) -> int:
+        return sum(m.size - dl.partial_size(self.ref.repo, m) for m in self.missing())
 
 
-def _offline_error(ref: ModelRef) -> HubError:
-    snap, listing = download.cached_listing(ref.repo, ref.revision)
-    want = ref.file or (f"{ref.quant} file" if ref.quant else "a GGUF file")
-    return HubError(f"required file is not available in cache (offline mode): {ref.repo}/{want}")
+def _warn(message: str) -> None:
+    from rich.console import Console
+
+    Console(file=sys.stderr, highlight=False).print(f"[yellow]warning:[/] {message}", soft_wrap=True)
 
 
-def resolve_model(text: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None,
-                  download_missing: bool = True, progress: bool = True,
-                  before_download: Callable[[ModelRef, list[download.RemoteFile]], None] | None = None) -> Path:
-    """The local path of the model's first shard, downloading what is missing."""
-    if text and Path(text).expanduser().exists():
-        return Path(text).expanduser()
-    ref = parse_model_ref(text, file)
-    if offline_mode(offline):
-        cached = _from_cache(ref)
-        if cached is None:
-            raise _offline_error(ref)
-        return cached
-    try:
-        files, _ = download.list_remote(ref, token)
-    except Exception as exc:  # noqa: BLE001 - network or Hub failure: fall back to the cache when we can
-        cached = _from_cache(ref)
-        err = exc if isinstance(exc, HubError) else download.translate(exc, ref.repo, cached is not None)
-        if cached is not None and "not found" not in err.message and "access denied" not in err.message:
-            from .progress import warn
+def _as_ref(ref_or_text: str | ModelRef | None, file: str | None) -> ModelRef:
+    if isinstance(ref_or_text, ModelRef):
+        return ModelRef(ref_or_text.repo, None, file, ref_or_text.revision) if file else ref_or_text
+    return parse_model_ref(ref_or_text, file)
 
-            warn(f"{err.message}; using the cached copy")
-            return cached
-        raise err from None
+
+def offline_miss(ref: ModelRef) -> HubError:
+    return HubError(f"required file is not available in cache (offline mode): {ref}",
+                    hint=f"the cache is {cache_root()}; download it first with: clover pull {ref}")
+
+
+def unreachable(ref: ModelRef, reason: str) -> HubError:
+    return HubError(f"cannot reach the Hub at {remote.endpoint()} ({reason}); no cached copy of {ref} exists",
+                    hint="check the network connection, proxy settings or HF_ENDPOINT")
+
+
+def plan(ref: ModelRef, token: str | None = None) -> Plan:
+    """List the repository, choose the file (all shards of a split set) and HEAD each one."""
+    files = remote.list_files(ref, token)
     by_path = {f.path: f for f in files}
-    shards, why = download.pick_files(ref, list(by_path))
-    wanted = [by_path[s] for s in shards]
-    snap, have_list = download.cached_listing(ref.repo, ref.revision)
-    have = {p for p in have_list if snap is not None and (snap / p).is_file()
-            and (snap / p).stat().st_size == by_path.get(p, download.RemoteFile(p, -1, None)).size}
-    missing = [f for f in wanted if f.path not in have]
-    if not missing and snap is not None:
-        return snap / shards[0]
-    if not download_missing:
-        raise HubError(f"{ref} is not downloaded yet", hint=f"clover pull {ref}")
-    download.check_disk(wanted, have)
-    if before_download is not None:
-        before_download(ref, wanted)
-    from .progress import Progress
+    first, note = select.choose([f.path for f in files], ref.repo, ref.quant, ref.file)
+    chosen = [by_path[p] for p in select.shards_of(first, list(by_path))]
+    metas = [remote.file_meta(ref, chosen[0], token)]
+    metas += [remote.file_meta(ref, rf, token, revision=metas[0].commit) for rf in chosen[1:]]
+    return Plan(ref, note, chosen, metas)
 
-    with Progress(enabled=progress, note=f"{ref.repo}: {why}") as bar:
-        paths = download.download_files(ref, wanted, token=token, report=bar.report)
+
+def _fetch_all(p: Plan, token: str | None, bar: Progress) -> list[Path]:
+    """Every shard, up to MAX_PARALLEL at once; the first failure stops the others (keeping their bytes)."""
+    cancel = threading.Event()
+
+    def one(i: int) -> Path:
+        def renew() -> remote.FileMeta:
+            return remote.file_meta(p.ref, p.files[i], token, revision=p.commit)
+
+        return dl.fetch(p.ref.repo, p.metas[i], token=token, progress=bar, cancel=cancel, renew=renew)
+
+    if len(p.metas) == 1:
+        return [one(0)]
+    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(p.metas))) as pool:
+        futures = [pool.submit(one, i) for i in range(len(p.metas))]
+        try:
+            while True:
+                done, pending = wait(futures, timeout=0.5, return_when=FIRST_EXCEPTION)
+                if not pending or any(f.exception() for f in done):
+                    break
+        except BaseException:
+            cancel.set()
+            raise
+        cancel.set()
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    real = [e for e in errors if not isinstance(e, dl.Cancelled)]
+    if errors:
+        raise (real or errors)[0]
+    return [f.result() for f in futures]
+
+
+def download_plan(p: Plan, *, token: str | None = None, progress: bool = True) -> Path:
+    """Fetch what is missing of a plan (checking the disk first) and return the first shard's path."""
+    dl.check_disk(p.missing_bytes())
+    try:
+        with Progress(enabled=progress) as bar:
+            if p.missing():
+                bar.note(f"{p.ref.repo}: {p.note} ({human(sum(m.size for m in p.metas))})")
+            paths = _fetch_all(p, token, bar)
+        write_ref(p.ref.repo, p.ref.rev, p.commit)
+    except PermissionError as exc:
+        raise HubError(f"cannot write to the model cache {cache_root()}: {exc.strerror or exc}",
+                       hint="point CLOVER_CACHE (or HF_HUB_CACHE) at a folder you can write to") from None
     return paths[0]
 
 
-class RemoteHeader:
-    """A GGUF header read over HTTP: enough for `inspect` and the memory fit."""
+def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str | None = None, offline: bool = False,
+                  token: str | None = None, download: bool = True, progress: bool = True, refresh: bool = False,
+                  before_download: Callable[[Plan], None] | None = None) -> Path:
+    """The local path of the model's first shard.
 
-    def __init__(self, header: Any, name: str, size: int, bytes_read: int) -> None:
-        self.header = header
-        self.metadata = header.metadata
-        self.value_types = header.value_types
-        self.version = header.version
-        self.tensors = {t.name: t for t in header.tensors}
-        self.paths = [Path(name)]
-        self.file_size = size
-        self.bytes_read = bytes_read
-
-    @property
-    def tensor_bytes(self) -> int:
-        return sum(t.n_bytes for t in self.tensors.values())
-
-    def close(self) -> None:
-        """Nothing is mapped; present so callers can treat it like an opened file."""
-
-
-def remote_header(text: str | ModelRef, *, token: str | None = None, start: int = 1 << 20) -> RemoteHeader:
-    """Read the chosen file's header with range requests, growing the window until it parses."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import get_session
-
-    from ..gguf_file import HeaderTruncated, parse_header
-
-    ref = text if isinstance(text, ModelRef) else parse_model_ref(text)
+    A local path is returned as is. A Hub identifier is looked up in the cache first (no network), unless
+    `refresh` (what `clover pull` does) asks the Hub for the current files; what is missing is downloaded
+    when `download`. `before_download(plan)` runs before any byte is fetched (the memory-fit check).
+    """
+    if isinstance(ref_or_text, Path) or (isinstance(ref_or_text, str) and looks_like_path(ref_or_text)):
+        path = Path(ref_or_text).expanduser()
+        if path.exists():
+            return path
+        raise ModelFileError(f"model file not found: {ref_or_text}")
+    if isinstance(ref_or_text, str) and ref_or_text.strip() and Path(ref_or_text).expanduser().is_file():
+        return Path(ref_or_text).expanduser()
+    ref = _as_ref(ref_or_text, file)
+    if offline_mode(offline):
+        cached = find_cached(ref)
+        if cached is None:
+            raise offline_miss(ref)
+        return cached
+    if not refresh:
+        cached = find_cached(ref)
+        if cached is not None:
+            return cached
     try:
-        files, _ = download.list_remote(ref, token)
-    except Exception as exc:  # noqa: BLE001
-        raise download.translate(exc, ref.repo) from None
-    by_path = {f.path: f for f in files}
-    shards, _ = download.pick_files(ref, list(by_path))
-    rf = by_path[shards[0]]
-    url = hf_hub_url(ref.repo, rf.path, revision=ref.revision, endpoint=os.environ.get("HF_ENDPOINT") or None)
-    headers = {}
-    tok = download.token_from(token)
-    if tok:
-        headers["authorization"] = f"Bearer {tok}"
-    session = get_session()
-    want = min(start, rf.size)
-    buf = b""
-    while True:
-        if want > len(buf):
-            headers["Range"] = f"bytes={len(buf)}-{want - 1}"
-            try:
-                resp = session.get(url, headers=headers, follow_redirects=True)
-            except Exception as exc:  # noqa: BLE001 - a network failure is one line
-                raise HubError(f"cannot read the header of {rf.path} from the Hub ({type(exc).__name__})") from None
-            if resp.status_code not in (200, 206):
-                raise HubError(f"the Hub answered HTTP {resp.status_code} reading the header of {rf.path}")
-            chunk = resp.content
-            buf = chunk if resp.status_code == 200 else buf + chunk
+        p = plan(ref, token)
+    except remote.Unreachable as exc:
+        cached = find_cached(ref)
+        if cached is None:
+            raise unreachable(ref, exc.reason) from None
+        _warn(f"cannot reach the Hub at {remote.endpoint()} ({exc.reason}); using the cached copy {cached}")
+        return cached
+    except select.Ambiguous:
+        raise
+    except HubError as exc:
+        cached = find_cached(ref) if refresh else None
+        if cached is None:
+            raise
+        _warn(f"{exc.message}; using the cached copy {cached}")
+        return cached
+    if p.missing():
+        if not download:
+            raise HubError(f"{ref} is not downloaded yet", hint=f"clover pull {ref}")
+        if before_download is not None:
+            before_download(p)
+    return download_plan(p, token=token, progress=progress)
+
+
+def remote_header(ref_or_text: str | ModelRef | Plan, *, file: str | None = None,
+                  token: str | None = None) -> RemoteModel:
+    """The chosen model's headers (every shard) read with HTTP range requests, no tensor data."""
+    if isinstance(ref_or_text, Plan):
+        p = ref_or_text
+    else:
+        ref = _as_ref(ref_or_text, file)
         try:
-            header = parse_header(buf, file_size=rf.size, name=rf.path.rsplit("/", 1)[-1])
-            return RemoteHeader(header, rf.path, rf.size, len(buf))
-        except HeaderTruncated as need:
-            if len(buf) >= rf.size:
-                raise HubError(f"{rf.path}: truncated file (ends inside the GGUF header)") from None
-            want = min(rf.size, max(need.needed + (1 << 16), len(buf) * 2))
+            p = plan(ref, token)
+        except remote.Unreachable as exc:
+            raise unreachable(ref, exc.reason) from None
+    return read_model(p.ref.repo, p.metas, token)
 
 
-def open_for_inspect(text: str) -> Any:
-    """What `clover inspect` shows for a Hub id: the cached file, else the remote header."""
+def open_for_inspect(text: str, *, token: str | None = None) -> Any:
+    """What `clover inspect` shows for a Hub id: the cached file when there is one, else the header
+    read remotely (a few MB of a many-GB file), so the summary and fit table come before any download."""
     from ..gguf_file import open_gguf
 
+    if looks_like_path(text) or Path(text).expanduser().is_file():
+        return open_gguf(Path(text).expanduser())
     ref = parse_model_ref(text)
-    cached = _from_cache(ref)
+    cached = find_cached(ref)
     if cached is not None:
         return open_gguf(cached)
-    if offline_mode(False):
-        raise _offline_error(ref)
-    got = remote_header(ref)
-    print(f"read the header remotely ({got.bytes_read:,} of {got.file_size:,} bytes)", file=sys.stderr)
-    return got
+    if offline_mode():
+        raise offline_miss(ref)
+    model = remote_header(ref, token=token)
+    print(f"read the header of {ref} from {remote.endpoint()}: {model.bytes_read:,} of {model.file_size:,} bytes, "
+          "nothing downloaded", file=sys.stderr)
+    return model
