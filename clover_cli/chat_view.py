@@ -87,7 +87,10 @@ def run_in_thread(make_events: Callable[[threading.Event], Iterator[Any]],
 
     threading.Thread(target=work, daemon=True, name="clover-generate").start()
     while True:
-        item = q.get()
+        try:
+            item = q.get(timeout=0.1)  # a timed wait, so Ctrl-C reaches the main thread on Windows too
+        except queue.Empty:
+            continue
         if item is done:
             return
         if isinstance(item, BaseException):

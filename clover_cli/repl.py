@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,22 @@ HELP = """commands:
 
 SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "seed"}
 DECODE_KEYS = {"max_tokens", "threshold", "block_length", "decode"}
+
+
+@contextmanager
+def stop_on_first_interrupt(cancel: threading.Event) -> Iterator[None]:
+    """While a reply streams, SIGINT sets `cancel` instead of raising mid-print; a second one raises."""
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Repl:
@@ -147,21 +166,21 @@ class Repl:
         self.reply()
 
     def reply(self) -> None:
+        """Stream one answer. The first Ctrl-C only asks the generation to stop (a flag the worker
+        checks between passes), so the reply ends cleanly and the session goes on; a second one exits."""
         cancel = threading.Event()
         printer = ReplyPrinter(self.con, visual=self.visual)
         out = Reply()
         kwargs = {} if self.think else {"enable_thinking": False}
         messages = self.messages()
-        try:
+        with stop_on_first_interrupt(cancel):
             for ev in run_in_thread(lambda c: self.session.stream(messages, params=self.params,
                                                                   chat_template_kwargs=kwargs, cancel=c), cancel):
                 out.add(ev)
                 printer.feed(ev)
-        except KeyboardInterrupt:
-            cancel.set()
-            printer.close()
-            self.con.print("\n[interrupted]")
         printer.close()
+        if cancel.is_set():
+            self.con.print("\n[interrupted]", markup=False)
         self.con.print()
         if out.content or out.tool_calls:
             self.history.append(out.message())

@@ -169,7 +169,8 @@ class ChatSession:
             wanted = tool_choice.get("function", {}).get("name")
             tools = [t for t in tools or [] if t.get("function", {}).get("name") == wanted] or None
         prompt = self.render(messages, tools=tools, chat_template_kwargs=chat_template_kwargs)
-        parser = OutputParser(list(tools) if tools else None, starts_in_reasoning=opens_reasoning(prompt))
+        parser = OutputParser(list(tools) if tools else None, starts_in_reasoning=opens_reasoning(prompt),
+                              parse_tool_calls=tool_choice != "none")
         yield from self._run(prompt, params, cancel, parser)
 
     def complete(self, prompt: str, *, params: DecodeParams | None = None,

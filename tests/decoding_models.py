@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from synth_models import model_path
 
 from runtime.synth import SynthSpec
 from runtime.synth.writer import plan_model
-from synth_models import model_path
 
 
 def successor_overrides(spec: SynthSpec, *, mask_id: int, scale: float = 12.0, seed: int = 5) -> dict[str, np.ndarray]:

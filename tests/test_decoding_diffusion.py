@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from decoding_models import successor_model_path
+from synth_models import tiny_model_path
+
 from runtime import load_model
 from runtime.decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, SamplingParams, generate
 from runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
 from runtime.engine import generate_ar
-from synth_models import tiny_model_path
 
 PROMPT = [11, 12, 13, 14, 15]
 

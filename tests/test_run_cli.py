@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pexpect
 import pytest
-
 from decoding_models import successor_model_path
 from synth_models import tiny_model_path
 
@@ -86,8 +85,11 @@ def test_repl_session_in_a_pseudo_terminal(model: str, tmp_path: Path) -> None:
         child.sendline("/clear")
         child.expect("Chat history cleared.")
         child.expect(">>> ")
+        child.sendline("/set temperature 0")  # greedy again: a long, reproducible reply to interrupt
+        child.expect(">>> ")
         child.sendline("Write a long answer")
-        child.expect(r"\S")
+        child.expect("Write a long answer\r\n")
+        child.expect(r"\S")  # the reply has started
         child.sendintr()
         child.expect(r"\[interrupted\]")
         child.expect(">>> ")
