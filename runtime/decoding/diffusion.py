@@ -137,8 +137,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                 stats.forwards += 1
             stats.passes += 1
             passes += 1
-            logits = np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0].copy()
-            logits[:, mask] = -np.inf  # a position resolves to a real token, never back to the mask
+            logits = policy.exclude_mask_candidates(np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0], mask)
             tokens, probs = pick(apply_penalties(logits, history, sp), sp, rng)
             last_pass = passes >= max_passes
             reveal = np.arange(len(positions)) if last_pass else policy.low_confidence_reveal(probs, threshold)

@@ -60,3 +60,11 @@ def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:
 def default_max_passes(block_length: int) -> int:
     """At most one pass per position: every block resolves within block_length passes."""
     return max(1, block_length)
+
+
+def exclude_mask_candidates(logits: np.ndarray, mask_id: int) -> np.ndarray:
+    """A masked position may never resolve to the mask token itself (it would stay unresolved
+    while counting as revealed); the vendor does not say, LLaDA-style decoders do the same."""
+    out = np.array(logits, dtype=np.float32, copy=True)
+    out[:, mask_id] = -np.inf
+    return out
