@@ -323,6 +323,28 @@ def _map_file(path: Path) -> Any:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+_HEADER_CACHE: dict[tuple[str, int, int], GGUFHeader] = {}
+_HEADER_CACHE_SIZE = 4
+
+
+def _parsed_header(m: Any, path: Path) -> GGUFHeader:
+    """The header of a mapped file, parsed once per process while the file is unchanged: `run`
+    and `serve` check the memory fit and then load the same file, and a real vocabulary makes
+    each parse cost about half a second."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    header = _HEADER_CACHE.get(key)
+    if header is None:
+        try:
+            header = parse_header(m, file_size=len(m), name=path.name)
+        except HeaderTruncated:
+            raise ModelFileError(f"{path.name}: truncated file (ends inside the GGUF header)") from None
+        while len(_HEADER_CACHE) >= _HEADER_CACHE_SIZE:
+            _HEADER_CACHE.pop(next(iter(_HEADER_CACHE)))
+        _HEADER_CACHE[key] = header
+    return header
+
+
 def open_gguf(path: str | Path) -> GGUFModelFile:
     """Open a GGUF file, or a whole split set given any shard, memory-mapped."""
     path = Path(path)
@@ -337,10 +359,7 @@ def open_gguf(path: str | Path) -> GGUFModelFile:
     for shard, p in enumerate(paths):
         m = _map_file(p)
         maps.append(m)
-        try:
-            header = parse_header(m, file_size=len(m), name=p.name)
-        except HeaderTruncated:
-            raise ModelFileError(f"{p.name}: truncated file (ends inside the GGUF header)") from None
+        header = _parsed_header(m, p)
         headers.append(header)
         for t in header.tensors:
             if t.name in tensors:
