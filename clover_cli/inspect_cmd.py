@@ -34,7 +34,9 @@ def command(
     ),
     parallel: int = typer.Option(1, "-np", "--parallel", min=1,
                                  help="Parallel sequences (each has its own KV cache and state)."),
-    cache_type: str = typer.Option("f16", "--cache-type", "-ctk", help="KV cache type: f16 or q8_0."),
+    cache_type: str = typer.Option(
+        "f32", "--cache-type", "-ctk",
+        help="KV cache type to estimate: f32 (what clover allocates), or f16 / q8_0 (llama.cpp's, to compare)."),
     ubatch: int = typer.Option(512, "-ub", "--ubatch-size", min=1, help="Prefill chunk size in tokens."),
     fit: bool = typer.Option(False, "--fit", help="Exit with code 1 when the model does not fit in memory."),
 ) -> None:

@@ -41,7 +41,7 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
 
 
 def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = False, file: str | None = None,
-            token: str | None = None, cache_type: str = "f16") -> PreparedModel:
+            token: str | None = None) -> PreparedModel:
     """Resolve the model, pick the context (0 = as much as fits, capped at the model's) and refuse
     with the fit table when it does not fit this machine."""
     from runtime import memory_fit
@@ -58,12 +58,12 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
     system = memory_fit.probe_system()
     n_ctx = ctx
     if n_ctx <= 0:
-        fit_ctx = memory_fit.largest_context(cfg, weight_bytes, system, parallel, cache_type)
+        fit_ctx = memory_fit.largest_context(cfg, weight_bytes, system, parallel)
         n_ctx = min(cfg.context_length, max(fit_ctx, MIN_AUTO_CTX))
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
     if n_ctx > cfg.context_length:
         raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
-    estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel, cache_type)
+    estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel)
     verdict = memory_fit.assess(estimate, system)
     if verdict.verdict == "does not fit":
         from .fit_table import print_fit_table

@@ -21,7 +21,10 @@ GiB = 1 << 30
 DEFAULT_MARGIN = GiB
 DEFAULT_UBATCH = 512
 DEFAULT_CTX = 16384
-CACHE_TYPES = ("f16", "q8_0")
+CACHE_TYPES = ("f32", "f16", "q8_0")
+# clover's engine keeps K and V in float32 (agreement with the reference and transformers needs
+# it), so fit decisions use f32; f16 and q8_0 estimate what llama.cpp would allocate, for comparison.
+ENGINE_CACHE_TYPE = "f32"
 TABLE_CONTEXTS = (4096, 16384, 32768, 65536, 131072)
 CTX_STEP = 256
 
@@ -99,6 +102,8 @@ class FitVerdict:
 
 
 def _cache_row_bytes(n: int, cache_type: str) -> int:
+    if cache_type == "f32":
+        return 4 * n
     if cache_type == "f16":
         return 2 * n
     if cache_type == "q8_0":
@@ -106,7 +111,7 @@ def _cache_row_bytes(n: int, cache_type: str) -> int:
     raise ValueError(f"unknown cache type {cache_type!r} (use one of {', '.join(CACHE_TYPES)})")
 
 
-def kv_bytes_per_token(cfg: ModelConfig, cache_type: str = "f16") -> int:
+def kv_bytes_per_token(cfg: ModelConfig, cache_type: str = ENGINE_CACHE_TYPE) -> int:
     """K and V of every full-attention layer for one token (GDN layers keep no per-token cache).
 
     One cache row per layer holds all KV heads (as in llama.cpp), so q8_0 blocks span heads.
@@ -156,7 +161,7 @@ def compute_bytes(cfg: ModelConfig, n_ctx: int, n_parallel: int = 1, ubatch: int
     return max(prefill, diffusion) + _scratch_bytes(cfg)
 
 
-def estimate(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = "f16",
+def estimate(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = ENGINE_CACHE_TYPE,
              ubatch: int = DEFAULT_UBATCH) -> MemoryEstimate:
     """Bytes needed to run `cfg` with `n_parallel` sequences of `n_ctx` tokens each."""
     if n_ctx < 1 or n_parallel < 1:
@@ -229,8 +234,8 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
             advice.append(f"a smaller quant: the weights alone are {gib(est.weights)}")
         if est.n_parallel > 1:
             advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
-        if est.cache_type == "f16" and est.kv_cache > GiB:
-            advice.append("--cache-type q8_0 roughly halves the KV cache")
+        if est.kv_cache > GiB:
+            advice.append(f"a smaller context: the KV cache alone is {gib(est.kv_cache)}")
     notes = []
     for i, g in enumerate(system.gpus):
         ok = est.total + margin <= g.free
@@ -247,7 +252,7 @@ def _fits(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n_ctx: int,
 
 
 def largest_context(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n_parallel: int = 1,
-                    cache_type: str = "f16", *, ubatch: int = DEFAULT_UBATCH, margin: int = DEFAULT_MARGIN,
+                    cache_type: str = ENGINE_CACHE_TYPE, *, ubatch: int = DEFAULT_UBATCH, margin: int = DEFAULT_MARGIN,
                     paging: bool = False) -> int:
     """Largest n_ctx (a multiple of 256, at most the model's context) that fits; 0 when none does.
 
@@ -310,7 +315,7 @@ def table_contexts(context_length: int, chosen: int) -> list[int]:
     return sorted(ctxs)
 
 
-def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = "f16",
+def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = ENGINE_CACHE_TYPE,
                *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
                margin: int = DEFAULT_MARGIN) -> FitReport:
     """Estimate, verdict, table and largest contexts for one model on this (or the given) machine."""

@@ -74,7 +74,7 @@ def test_doctor_under_a_non_ascii_home(odd_home: Path) -> None:
     assert str(odd_home) in report["hf_cache"]["path"]
     assert str(odd_home) in report["numba_cache"]["path"]
     assert report["fit"]["verdict"]["verdict"] in ("fits", "fits with paging", "does not fit")
-    assert report["fit"]["estimate"]["kv_per_token"] == 20 * 1024
+    assert report["fit"]["estimate"]["kv_per_token"] == 40 * 1024  # float32 K and V, as the engine keeps them
     text = _clover("doctor", home=odd_home)
     assert text.returncode == 0
     assert "Default model" in text.stdout and "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M" in text.stdout

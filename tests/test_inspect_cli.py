@@ -69,14 +69,15 @@ def test_real_shape_through_cli(real, capsys, monkeypatch):
     assert code == 0, err
     assert f"34.66 B total, 2.95 B active per token ({total:,} / {active:,})" in out
     assert "40: 30 Gated DeltaNet + 10 full attention (every 4th)" in out
-    assert "KV cache f16 (20.0 KiB/token)" in out
+    assert "KV cache f32 (40.0 KiB/token)" in out
     assert "exact: block 32, threshold 0.9, mask token 248319" in out
     assert "present in all 30 GDN layers (120 tensors)" in out
 
 
 def test_real_shape_json(real, capsys, monkeypatch):
     total, active = real_shape_counts()
-    code, out, err = run_clover(["inspect", str(real), "--json", "-c", "131072"], capsys, monkeypatch)
+    code, out, err = run_clover(["inspect", str(real), "--json", "-c", "131072", "--cache-type", "f16"], capsys,
+                                monkeypatch)
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) >= {"filename", "metadata", "tensors", "summary", "memory"}
@@ -190,7 +191,7 @@ def test_fit_json_and_cache_type(tiny, capsys, monkeypatch):
     assert mem["estimate"]["kv_per_token"] == 1 * 2 * (16 + 16) * 34 // 32
     assert [r["n_ctx"] for r in mem["table"]] == [4096]  # capped at the model's 4,096
     code, out, err = run_clover(["inspect", str(tiny), "--cache-type", "q4_0"], capsys, monkeypatch)
-    assert code == 1 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f16, q8_0)"
+    assert code == 1 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f32, f16, q8_0)"
 
 
 def test_default_context_is_16k_capped(real, tiny, capsys, monkeypatch):
@@ -247,4 +248,6 @@ def test_generator_real_shape_matches_hand_count(tmp_path, capsys, monkeypatch):
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["summary"]["n_params"], doc["summary"]["n_params_active"]) == (total, active)
-    assert doc["memory"]["estimate"]["kv_per_token"] == 20 * 1024
+    # by default the estimate is what clover allocates: K and V in float32, twice llama.cpp's f16
+    assert doc["memory"]["cache_type"] == "f32"
+    assert doc["memory"]["estimate"]["kv_per_token"] == 10 * 2 * 2 * 256 * 4 == 40 * 1024

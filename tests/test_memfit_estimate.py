@@ -47,7 +47,8 @@ def test_kv_cache_per_token_real_shape(real):
     cfg, _ = real
     assert kv_bytes_per_token(cfg, "f16") == 10 * 2 * 2 * 256 * 2 == 20 * 1024
     assert kv_bytes_per_token(cfg, "q8_0") == 10 * 2 * (2 * 256 // 32) * 34
-    assert estimate(cfg, 0, 131072).kv_cache == int(2.5 * GiB)  # the doc's 2.5 GiB at 131,072
+    assert estimate(cfg, 0, 131072, cache_type="f16").kv_cache == int(2.5 * GiB)  # the doc's 2.5 GiB at 131,072
+    assert estimate(cfg, 0, 131072).kv_cache == 5 * GiB  # what clover's float32 cache takes
 
 
 def test_gdn_state_real_shape(real):
@@ -63,7 +64,7 @@ def test_estimate_scales_per_sequence(real):
     one = estimate(cfg, weights, 8192)
     four = estimate(cfg, weights, 8192, n_parallel=4)
     assert one.weights == four.weights == weights
-    assert four.kv_cache == 4 * one.kv_cache == 4 * 8192 * 20480
+    assert four.kv_cache == 4 * one.kv_cache == 4 * 8192 * 40960
     assert four.gdn_state == 4 * one.gdn_state
     assert four.compute >= one.compute
     assert one.total == one.weights + one.kv_cache + one.gdn_state + one.compute
@@ -153,7 +154,7 @@ def test_single_setting_table_for_run_and_serve(real):
     from clover_cli.fit_table import print_fit_table
 
     cfg, weights = real
-    est = estimate(cfg, weights, 65536, n_parallel=4)
+    est = estimate(cfg, weights, 65536, n_parallel=4, cache_type="f16")
     sysm = SystemMemory(16 * GiB, 8 * GiB)
     verdict = assess(est, sysm)
     buf = io.StringIO()
