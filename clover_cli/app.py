@@ -21,9 +21,12 @@ from . import (
     inspect_cmd,
     list_cmd,
     make_model_cmd,
+    ps_cmd,
     pull_cmd,
     rm_cmd,
     run_cmd,
+    serve_cmd,
+    stop_cmd,
 )
 
 app = typer.Typer(
@@ -39,6 +42,7 @@ GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
 
   clover pull owner/repo:Q4_K_M     download a model into the Hugging Face cache
   clover run [MODEL]                chat in the terminal (or one-shot with a prompt)
+  clover serve -c 16384             OpenAI-compatible API at /v1 and a chat page at /
   clover bench [MODEL]              prefill / decode / diffusion speed, llama-bench style
   clover inspect MODEL              what a GGUF holds and whether it fits this machine
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
@@ -89,6 +93,9 @@ def root(
 
 app.command("pull")(pull_cmd.command)
 app.command("run")(run_cmd.command)
+app.command("serve")(serve_cmd.command)
+app.command("ps")(ps_cmd.command)
+app.command("stop")(stop_cmd.command)
 app.command("bench")(bench_cmd.command)
 app.command("inspect")(inspect_cmd.command)
 app.command("make-model")(make_model_cmd.command)

@@ -315,8 +315,8 @@ def table_contexts(context_length: int, chosen: int) -> list[int]:
     return sorted(ctxs)
 
 
-def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = ENGINE_CACHE_TYPE,
-               *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
+def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1,
+               cache_type: str = ENGINE_CACHE_TYPE, *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
                margin: int = DEFAULT_MARGIN) -> FitReport:
     """Estimate, verdict, table and largest contexts for one model on this (or the given) machine."""
     system = system if system is not None else probe_system()
