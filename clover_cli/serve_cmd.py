@@ -1,0 +1,276 @@
+"""`clover serve`: an OpenAI-compatible server with a web chat page, in the foreground or detached.
+
+Every option can also come from the environment as `CLOVER_<OPTION>` (e.g. `CLOVER_PORT=9000`);
+a flag on the command line wins over the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .completion import complete_model
+
+DEFAULT_PORT = 8085
+
+
+def _env(name: str) -> str:
+    return f"CLOVER_{name}"
+
+
+@dataclass
+class ServeOptions:
+    model: str | None
+    host: str
+    port: int
+    ctx: int
+    parallel: int
+    alias: str | None
+    api_keys: tuple[str, ...]
+    cors_origins: tuple[str, ...]
+    webui: bool
+    timeout: float
+    chat_template_file: Path | None
+    threads: int | None
+    decode: str | None
+    threshold: float | None
+    block_length: int | None
+    max_queue: int
+    offline: bool
+
+
+def command(
+    model_arg: Annotated[str | None, typer.Argument(
+        metavar="MODEL", autocompletion=complete_model, show_default=False,
+        help="Model: a .gguf path, owner/repo[:QUANT] or an hf:// URL (as in pull); "
+             "default: the Clover preview model.")] = None,
+    model_opt: Annotated[str | None, typer.Option(
+        "-m", "--model", envvar=_env("MODEL"), show_default=False,
+        help="The model, as an option instead of the argument.")] = None,
+    host: Annotated[str, typer.Option(
+        "--host", envvar=_env("HOST"),
+        help="Address to listen on; 0.0.0.0 opens it to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        "--port", envvar=_env("PORT"), min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+    ctx: Annotated[int, typer.Option(
+        "-c", "--ctx-size", envvar=_env("CTX_SIZE"), min=0,
+        help="TOTAL context in tokens, split evenly over -np sequences "
+             "(0 = the largest that fits memory, at most the model's).")] = 0,
+    parallel: Annotated[int, typer.Option(
+        "-np", "--parallel", envvar=_env("PARALLEL"), min=1, max=256,
+        help="Sequences generated at once; each gets ctx/np tokens.")] = 1,
+    alias: Annotated[str | None, typer.Option(
+        "-a", "--alias", envvar=_env("ALIAS"), show_default=False,
+        help="Model id reported by /v1/models and in responses.")] = None,
+    api_key: Annotated[list[str] | None, typer.Option(
+        "--api-key", envvar=_env("API_KEY"), show_default=False,
+        help="Require this API key (repeat, or comma-separate, for several).")] = None,
+    api_key_file: Annotated[Path | None, typer.Option(
+        "--api-key-file", envvar=_env("API_KEY_FILE"), show_default=False,
+        help="File with one API key per line.")] = None,
+    cors_origins: Annotated[str | None, typer.Option(
+        "--cors-origins", envvar=_env("CORS_ORIGINS"), show_default=False,
+        help="Extra browser origins allowed, comma-separated ('*' for any); "
+             "localhost is always allowed.")] = None,
+    no_webui: Annotated[bool, typer.Option(
+        "--no-webui", envvar=_env("NO_WEBUI"), help="Do not serve the chat page at /.")] = False,
+    timeout: Annotated[float, typer.Option(
+        "-to", "--timeout", envvar=_env("TIMEOUT"), min=1.0,
+        help="Seconds one request may take, queueing included.")] = 3600.0,
+    chat_template_file: Annotated[Path | None, typer.Option(
+        "--chat-template-file", envvar=_env("CHAT_TEMPLATE_FILE"), show_default=False,
+        help="Jinja chat template to use instead of the model's.")] = None,
+    threads: Annotated[int | None, typer.Option(
+        "-t", "--threads", envvar=_env("THREADS"), min=1, show_default=False,
+        help="CPU threads for the engine.")] = None,
+    decode: Annotated[str | None, typer.Option(
+        "--decode", envvar=_env("DECODE"), show_default=False,
+        help="Default decoding: auto, diffusion or ar.")] = None,
+    threshold: Annotated[float | None, typer.Option(
+        "--threshold", envvar=_env("THRESHOLD"), min=0.0, max=1.0, show_default=False,
+        help="Default diffusion confidence threshold.")] = None,
+    block_length: Annotated[int | None, typer.Option(
+        "--block-length", envvar=_env("BLOCK_LENGTH"), min=1, show_default=False,
+        help="Default diffusion block length.")] = None,
+    max_queue: Annotated[int, typer.Option(
+        "--max-queue", envvar=_env("MAX_QUEUE"), min=0,
+        help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
+    offline: Annotated[bool, typer.Option(
+        "--offline", envvar=_env("OFFLINE"), help="Use only models already in the local cache.")] = False,
+    detach: Annotated[bool, typer.Option(
+        "--detach", envvar=_env("DETACH"),
+        help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
+) -> None:
+    """Serve a model over an OpenAI-compatible API at /v1 with a chat page at /.
+
+    Every option can also be set as CLOVER_<OPTION> in the environment (CLOVER_PORT=9000).
+
+    Example:
+
+        clover serve Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 16384 -np 2 --detach
+    """
+    from runtime.errors import CloverError
+
+    model = model_opt or model_arg  # None: the default model, as `clover run` does
+    if model_arg and model_opt and model_arg != model_opt:
+        raise CloverError("the model is given twice (argument and -m)", "give it once")
+    if decode is not None and decode not in ("auto", "diffusion", "ar"):
+        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
+    opts = ServeOptions(
+        model=model, host=host, port=port, ctx=ctx, parallel=parallel, alias=alias,
+        api_keys=_collect_keys(api_key or [], api_key_file),
+        cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
+        webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
+        decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
+        offline=offline)
+    if chat_template_file is not None and not chat_template_file.is_file():
+        raise CloverError(f"chat template file not found: {chat_template_file}")
+    if detach:
+        _detach(opts)
+    else:
+        _foreground(opts)
+
+
+def _collect_keys(values: list[str], key_file: Path | None) -> tuple[str, ...]:
+    from runtime.errors import CloverError
+
+    keys = [k.strip() for v in values for k in v.replace(",", " ").split() if k.strip()]
+    if key_file is not None:
+        try:
+            text = key_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CloverError(f"cannot read --api-key-file {key_file}: {exc.strerror}") from None
+        keys += [line.strip() for line in text.splitlines() if line.strip()]
+        if not keys:
+            raise CloverError(f"--api-key-file {key_file} holds no keys")
+    return tuple(dict.fromkeys(keys))
+
+
+@dataclass
+class Prepared:
+    path: Path
+    model_id: str
+    n_ctx: int  # total, over all parallel sequences
+    per_seq: int
+
+
+def _prepare(opts: ServeOptions) -> Prepared:
+    """The shared model set-up (resolve, memory fit, refusal with the fit table) with serve's -c
+    meaning the TOTAL context, split evenly over the -np sequences."""
+    from runtime.errors import CloverError
+
+    from .model_setup import prepare
+
+    if 0 < opts.ctx < opts.parallel:
+        raise CloverError(f"-c {opts.ctx} is too small for -np {opts.parallel}",
+                          "give each sequence at least one token: -c >= -np")
+    prep = prepare(opts.model, ctx=opts.ctx // opts.parallel, parallel=opts.parallel, offline=opts.offline)
+    return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
+                    per_seq=prep.n_ctx)
+
+
+def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
+    """The foreground command the detached process runs (keys go through the environment)."""
+    args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.n_ctx),
+            "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
+            "--max-queue", str(opts.max_queue), "--offline"]
+    if opts.cors_origins:
+        args += ["--cors-origins", ",".join(opts.cors_origins)]
+    if not opts.webui:
+        args.append("--no-webui")
+    if opts.chat_template_file is not None:
+        args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
+    for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
+                        ("--block-length", opts.block_length)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def _detach(opts: ServeOptions) -> None:
+    import os
+
+    from runtime import paths
+
+    from . import console, service
+    from .server.launch import bind
+
+    prep = _prepare(opts)
+    probe = bind(opts.host, opts.port)  # fail here, in the foreground, if the port is taken
+    opts = replace(opts, port=probe.getsockname()[1])  # --port 0: the child gets the port we found
+    probe.close()
+    log_path = paths.log_dir() / f"serve-{opts.port}.log"
+    env = dict(os.environ)
+    for name in ("CLOVER_API_KEY", "CLOVER_API_KEY_FILE", "CLOVER_DETACH", "CLOVER_MODEL"):
+        env.pop(name, None)
+    if opts.api_keys:
+        env["CLOVER_API_KEY"] = ",".join(opts.api_keys)
+    console.info(f"starting clover serve in the background (log: {log_path})")
+    proc = service.spawn_detached(_child_args(opts, prep), log_path, env)
+    record = service.wait_ready(proc, opts.port, log_path, timeout=max(60.0, opts.timeout))
+    console.out().print(f"clover serve is running: {record.url} (pid {record.pid})", markup=False)
+    console.info(f"stop it with: clover stop {record.port}")
+
+
+def _foreground(opts: ServeOptions) -> None:
+    import logging
+    import os
+    import sys
+    import time
+
+    from rich.markup import escape
+
+    from . import __version__, console, service
+    from .server import ServerSettings, create_app
+    from .server.launch import bind, serve
+
+    prep = _prepare(opts)
+    per_seq = prep.per_seq
+    noun = "sequence" if opts.parallel == 1 else "sequences"
+    console.info(f"model: {prep.model_id} ({prep.path})")
+    console.info(f"context: {prep.n_ctx} tokens total, {opts.parallel} parallel {noun}, "
+                 f"n_ctx={per_seq} per sequence")
+    if not service.is_loopback(opts.host) and not opts.api_keys:
+        console.warn(f"listening on {escape(opts.host)} without an API key: anyone who can reach this machine "
+                     "can use the model (set --api-key)")
+    token = service.new_token()
+    settings = ServerSettings(
+        model_id=prep.model_id, model_path=str(prep.path), n_ctx=prep.n_ctx, n_parallel=opts.parallel,
+        max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
+        webui=opts.webui, timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
+        block_length=opts.block_length, shutdown_token=token, build=f"clover-{__version__}")
+
+    def load_session() -> object:
+        from runtime.chat import load_chat
+
+        return load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
+                         n_threads=opts.threads)
+
+    logging.basicConfig(level=logging.INFO if console.verbose() else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    app = create_app(load_session, settings)
+    sock = bind(opts.host, opts.port)
+    port = sock.getsockname()[1]
+    url = f"http://{service.display_host(opts.host)}:{port}"
+    started = time.monotonic()
+    record = service.ServerRecord(pid=os.getpid(), port=port, host=opts.host, model=prep.model_id,
+                                  started=time.time(), token=token, log=os.environ.get(service.LOG_ENV),
+                                  version=__version__)
+
+    def on_listening() -> None:
+        service.write_record(record)
+        where = "web UI at /, API at /v1" if opts.webui else "API at /v1"
+        console.out().print(f"listening on {url} ({where})", markup=False, highlight=False)
+        console.info("loading the model…")
+
+    def on_loaded() -> None:
+        console.info(f"model loaded in {time.monotonic() - started:.1f} s; ready")
+
+    try:
+        serve(app, sock, on_listening=on_listening, on_loaded=on_loaded,
+              on_exit=lambda: service.remove_record(port, os.getpid()), access_log=console.verbose())
+    finally:
+        service.remove_record(port, os.getpid())

@@ -1,0 +1,263 @@
+"""The seam between HTTP and the runtime: requests become chat-session calls, and back.
+
+Everything the server needs from the loaded model (chat session, tokenizer, template, config) is
+reached through this one class, so the rest of the server speaks only OpenAI shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from typing import Any
+
+from .errors import APIError, bad_request, context_exceeded, template_error
+from .generation import Job
+from .schemas import (
+    ApplyTemplateRequest,
+    ChatRequest,
+    CompletionRequest,
+    DetokenizeRequest,
+    Message,
+    Sampling,
+    TokenizeRequest,
+    Tool,
+)
+from .settings import ServerSettings
+
+JSON_OBJECT_HINT = "Respond with a single valid JSON object and nothing else."
+
+
+def _content_text(content: Any, where: str) -> str | None:
+    """OpenAI content (string, parts or null) as the text the template renders."""
+    if content is None or isinstance(content, str):
+        return content
+    texts = []
+    for i, part in enumerate(content):
+        ptype = part.get("type")
+        if ptype in ("text", "input_text"):
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise bad_request(f"{where}.{i}.text: must be a string", f"{where}.{i}.text")
+            texts.append(text)
+        elif ptype in ("image_url", "input_image", "image", "input_audio", "video", "file"):
+            raise bad_request(f"{where}.{i}: {ptype} content is not supported by this model (text only)",
+                              f"{where}.{i}")
+        else:
+            raise bad_request(f"{where}.{i}.type: unknown content part type {ptype!r}", f"{where}.{i}.type")
+    return "".join(texts)
+
+
+def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """OpenAI messages as the chat template wants them: text content, arguments as dicts."""
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        role = {"developer": "system", "function": "tool"}.get(msg.role, msg.role)
+        item: dict[str, Any] = {"role": role, "content": _content_text(msg.content, f"messages.{i}.content")}
+        if msg.reasoning_content is not None:
+            item["reasoning_content"] = msg.reasoning_content
+        if msg.name is not None:
+            item["name"] = msg.name
+        if msg.tool_call_id is not None:
+            item["tool_call_id"] = msg.tool_call_id
+        if msg.tool_calls:
+            calls = []
+            for j, call in enumerate(msg.tool_calls):
+                args = call.function.arguments
+                if isinstance(args, str):
+                    field = f"messages.{i}.tool_calls.{j}.function.arguments"
+                    try:
+                        args = json.loads(args) if args.strip() else {}
+                    except json.JSONDecodeError as exc:
+                        raise bad_request(f"{field}: not valid JSON ({exc.msg})", field) from None
+                    if not isinstance(args, dict):
+                        raise bad_request(f"{field}: must encode a JSON object", field)
+                calls.append({"id": call.id, "type": "function",
+                              "function": {"name": call.function.name, "arguments": args}})
+            item["tool_calls"] = calls
+        out.append(item)
+    return out
+
+
+def with_json_hint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`response_format: json_object` as an instruction in the system turn (there is no grammar)."""
+    if messages[0]["role"] == "system":
+        first = messages[0]
+        text = f"{first.get('content') or ''}\n\n{JSON_OBJECT_HINT}".strip()
+        return [{**first, "content": text}] + messages[1:]
+    return [{"role": "system", "content": JSON_OBJECT_HINT}] + messages
+
+
+def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    return [t.model_dump(exclude_none=True) for t in tools]
+
+
+class Backend:
+    """A loaded chat session plus what the native endpoints need from its tokenizer and template."""
+
+    def __init__(self, session: Any, settings: ServerSettings) -> None:
+        self.session = session
+        self.settings = settings
+        self.tokenizer = session.tokenizer
+        self.template = session.template
+        self.model = getattr(session, "model", None)
+        self._lock = threading.Lock()
+
+    # ---- facts about the model -------------------------------------------------------------
+    def config(self) -> Any:
+        return getattr(self.model, "config", None)
+
+    def meta(self) -> dict[str, Any]:
+        cfg = self.config()
+        diff = getattr(cfg, "diffusion", None)
+        model_file = getattr(self.model, "file", None)
+        return {
+            "n_vocab": _first_attr(cfg, "n_vocab", "vocab_size"),
+            "n_ctx_train": _first_attr(cfg, "n_ctx_train", "context_length"),
+            "n_ctx": self.n_ctx,
+            "n_embd": _first_attr(cfg, "n_embd", "hidden_size"),
+            "n_params": _n_params(model_file),
+            "size": getattr(model_file, "tensor_bytes", None),
+            "diffusion": None if diff is None else {
+                "block_length": self.settings.block_length or getattr(diff, "block_length", None),
+                "threshold": _rounded(self.settings.threshold or getattr(diff, "threshold", None)),
+            },
+        }
+
+    def chat_template_text(self) -> str | None:
+        return getattr(self.template, "source", None) or getattr(self.template, "text", None)
+
+    # ---- generation ------------------------------------------------------------------------
+    def _params(self, req: Sampling) -> Any:
+        from runtime.decoding import DecodeParams, SamplingParams
+
+        s = self.settings
+        sampling = SamplingParams(
+            **_drop_none(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+                         seed=None if req.seed is None or req.seed < 0 else req.seed,  # -1: random
+                         presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
+                         repetition_penalty=req.repetition_penalty))
+        return DecodeParams(
+            **_drop_none(decode=req.decode or s.decode, block_length=req.block_length or s.block_length,
+                         threshold=req.threshold or s.threshold, max_tokens=req.token_limit(),
+                         stop=req.stop),
+            sampling=sampling)
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+    @property
+    def n_ctx(self) -> int:
+        """Context of one sequence: the server's share, never more than the session really has."""
+        return min(self.settings.n_ctx_slot, getattr(self.session, "n_ctx", None) or self.settings.n_ctx_slot)
+
+    def _check_context(self, n_prompt: int) -> None:
+        if n_prompt >= self.n_ctx:
+            raise context_exceeded(n_prompt, self.n_ctx)
+
+    def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:
+        from runtime.errors import TemplateError
+
+        try:
+            return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                        **kwargs)
+        except TemplateError as exc:
+            raise template_error(exc) from None
+
+    def chat_job(self, req: ChatRequest) -> Job:
+        """Validate a chat request against the model (400s, context size) and return its generation."""
+        messages = template_messages(req.messages)
+        tools = tool_dicts(req.tools)
+        choice = req.tool_choice or "auto"
+        if not isinstance(choice, str):
+            names = {t["function"]["name"] for t in tools or []}
+            if choice.function.name not in names:
+                raise bad_request(f"tool_choice: no tool named {choice.function.name!r} in tools",
+                                  "tool_choice")
+            choice = {"type": "function", "function": {"name": choice.function.name}}
+        elif choice == "required" and not tools:
+            raise bad_request("tool_choice: 'required' needs at least one tool in tools", "tool_choice")
+        if tools and choice != "none" and not getattr(self.template, "supports_tools", True):
+            raise bad_request("tools: this model's chat template has no tool support; "
+                              "pass --chat-template-file with one that has", "tools")
+        if req.response_format is not None and req.response_format.type == "json_schema":
+            raise bad_request("response_format: json_schema is not supported; use json_object",
+                              "response_format.type")
+        if req.response_format is not None and req.response_format.type == "json_object":
+            messages = with_json_hint(messages)
+        kwargs = dict(req.chat_template_kwargs or {})
+        self._check_context(self._count(self._render(messages, tools, kwargs)))
+        params = self._params(req)
+        session = self.session
+        render_tools = None if choice == "none" else tools
+
+        def job(cancel: threading.Event) -> Any:
+            return session.stream(messages, tools=render_tools, tool_choice=choice, params=params,
+                                  chat_template_kwargs=kwargs, cancel=cancel)
+
+        return job
+
+    def completion_job(self, req: CompletionRequest) -> Job:
+        self._check_context(self._count(req.prompt))
+        params = self._params(req)
+        session = self.session
+
+        def job(cancel: threading.Event) -> Any:
+            return session.complete(req.prompt, params=params, cancel=cancel)
+
+        return job
+
+    def progress_body(self, event: Any) -> dict[str, Any]:
+        preview = getattr(event, "tokens_preview", None)
+        if preview is not None and not isinstance(preview, str):
+            preview = None
+        return {"block": event.block, "step": event.pass_index, "steps": event.passes, "preview": preview}
+
+    # ---- native endpoints ------------------------------------------------------------------
+    def tokenize(self, req: TokenizeRequest) -> dict[str, Any]:
+        ids = list(self.tokenizer.encode(req.content))
+        if req.with_pieces:
+            return {"tokens": [{"id": i, "piece": self.tokenizer.token_to_piece(i)} for i in ids]}
+        return {"tokens": ids}
+
+    def detokenize(self, req: DetokenizeRequest) -> dict[str, Any]:
+        n_vocab = self.meta().get("n_vocab")
+        for i, t in enumerate(req.tokens):
+            if t < 0 or (n_vocab is not None and t >= n_vocab):
+                raise bad_request(f"tokens.{i}: token id {t} is outside the vocabulary", f"tokens.{i}")
+        return {"content": self.tokenizer.decode(req.tokens)}
+
+    def apply_template(self, req: ApplyTemplateRequest) -> dict[str, Any]:
+        prompt = self._render(template_messages(req.messages), tool_dicts(req.tools),
+                              dict(req.chat_template_kwargs or {}), req.add_generation_prompt)
+        return {"prompt": prompt}
+
+
+def _drop_none(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _n_params(model_file: Any) -> int | None:
+    tensors = getattr(model_file, "tensors", None)
+    if not tensors:
+        return None
+    return int(sum(math.prod(t.shape) for t in tensors.values()))
+
+
+def _rounded(value: float | None) -> float | None:
+    """Float32 metadata as the short decimal it was written as (0.9, not 0.8999999761581421)."""
+    return None if value is None else float(f"{value:.6g}")
+
+
+def _first_attr(obj: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+__all__ = ["Backend", "APIError", "template_messages"]

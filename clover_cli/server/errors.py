@@ -1,0 +1,120 @@
+"""OpenAI-shaped errors: every failure leaves the server as `{"error": {"code", "message", "type"}}`.
+
+The type names follow llama-server's table so clients written for it (and the `openai` SDK, which
+maps the status code to an exception class) see what they expect.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("clover.server")
+
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+    501: "not_supported_error",
+    503: "unavailable_error",
+    504: "timeout_error",
+}
+
+
+class APIError(Exception):
+    """An error answered to the client with the given status and OpenAI error body."""
+
+    def __init__(self, status: int, message: str, *, type_: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_ or TYPES.get(status, "server_error")
+        self.param = param
+        self.headers = headers or {}
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        err: dict[str, Any] = {"code": self.status, "message": self.message, "type": self.type}
+        if self.param is not None:
+            err["param"] = self.param
+        err.update(self.extra)
+        return {"error": err}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(400, message, param=param)
+
+
+def template_error(exc: Exception) -> APIError:
+    """A chat-template failure (bad role order, missing user turn) is the client's to fix: 400."""
+    message = getattr(exc, "message", None) or str(exc)
+    if not message.lower().startswith("chat template"):
+        message = f"chat template: {message}"
+    return APIError(400, message, param="messages")
+
+
+def context_exceeded(n_prompt: int, n_ctx: int) -> APIError:
+    """llama-server's wording and fields, so clients that parse them keep working."""
+    return APIError(
+        400,
+        f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), "
+        "try increasing it",
+        type_="exceed_context_size_error",
+        extra={"n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
+    )
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return APIError(status, message, headers=headers).response()
+
+
+def validation_message(errors: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """First pydantic error as `field.path: what is wrong`, naming the field the client must fix."""
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
+    # pydantic puts the union member's name in the path (e.g. `str`, `list[...]`); the client
+    # never wrote those, so they are dropped from the field name.
+    loc = [p for p in loc if not (p[:1].islower() and ("[" in p or p in ("str", "int", "float", "bool",
+                                                                           "dict", "list")))]
+    field = ".".join(loc) or None
+    msg = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return (f"{field}: {msg}" if field else msg), field
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Map every exception the app can raise onto an OpenAI-shaped body; no traceback ever leaves."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, field = validation_message(list(exc.errors()))
+        return bad_request(message, field).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = "File Not Found"
+        elif exc.status_code == 405:
+            message = "Method Not Allowed"
+        else:
+            message = str(exc.detail)
+        return APIError(exc.status_code, message, headers=dict(exc.headers or {})).response()

@@ -1,0 +1,164 @@
+"""Pure-ASGI guards in front of every route: request-size cap, API keys and the origin check.
+
+Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import APIError
+
+log = logging.getLogger("clover.server")
+
+PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico", "/health", "/v1/health", "/models",
+                          "/v1/models", "/_clover/shutdown"})
+
+
+async def _send_error(send: Send, error: APIError) -> None:
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """413 for bodies over `max_bytes`, by Content-Length or while a chunked body streams in."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _error(self, size: int | None = None) -> APIError:
+        what = f"{size} bytes" if size is not None else "more"
+        return APIError(413, f"request body too large ({what}; the limit is {self.max_bytes} bytes)")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _send_error(send, self._error(int(length)))
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge()
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await _send_error(send, self._error())
+
+
+class Guard:
+    """API keys (Bearer or X-Api-Key, constant-time) and a same-machine origin check.
+
+    A browser page from another site can still *send* a simple POST even though CORS hides the
+    answer; refusing foreign `Origin`s outright stops such pages from using the model at all.
+    """
+
+    def __init__(self, app: ASGIApp, keys: Iterable[str], origin_regex: str, any_origin: bool) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys if k]
+        self.origin = re.compile(origin_regex)
+        self.any_origin = any_origin
+
+    def _key_ok(self, scope: Scope) -> bool:
+        given = None
+        auth = _header(scope, b"authorization")
+        if auth and auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        if given is None:
+            given = _header(scope, b"x-api-key")
+        if given is None:
+            return False
+        candidate = given.encode()
+        ok = False
+        for key in self.keys:  # every key compared, so timing says nothing about which matched
+            ok |= hmac.compare_digest(candidate, key)
+        return ok
+
+    def _origin_ok(self, scope: Scope) -> bool:
+        origin = _header(scope, b"origin")
+        if origin is None or self.any_origin or self.origin.fullmatch(origin):
+            return True
+        host = _header(scope, b"host")
+        scheme = scope.get("scheme", "http")
+        return host is not None and origin in (f"{scheme}://{host}",)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        if not self._origin_ok(scope):
+            await _send_error(send, APIError(403, "requests from this origin are not allowed; "
+                                                  "start the server with --cors-origins to allow it"))
+            return
+        if self.keys and scope["path"] not in PUBLIC_PATHS and not self._key_ok(scope):
+            await _send_error(send, APIError(401, "Invalid API Key",
+                                             headers={"WWW-Authenticate": "Bearer"}))
+            return
+        await self.app(scope, receive, send)
+
+
+class CatchAll:
+    """Last line of defence: an unexpected exception becomes a 500 body, logged once, no traceback out."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except _TooLarge:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped to a 500, never re-raised to uvicorn
+            log.error("internal error on %s %s: %s: %s", scope.get("method"), scope.get("path"),
+                      type(exc).__name__, exc, exc_info=exc)
+            if not started:
+                await _send_error(send, APIError(500, f"internal error: {type(exc).__name__}"))

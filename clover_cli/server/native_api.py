@@ -1,0 +1,125 @@
+"""llama-server-style native routes: health, props, metrics, slots, tokenizer and template tools,
+the web page, and the shutdown hook `clover stop` uses."""
+
+from __future__ import annotations
+
+import hmac
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
+
+from .errors import APIError
+from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest, parse_body
+from .state import ServerState
+
+router = APIRouter()
+PAGE = Path(__file__).resolve().parent / "static" / "index.html"
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.clover
+
+
+@router.get("/health")
+@router.get("/v1/health")
+async def health(request: Request) -> Any:
+    _state(request).require_backend()
+    return {"status": "ok"}
+
+
+@router.get("/")
+@router.get("/index.html")
+async def index(request: Request) -> Any:
+    state = _state(request)
+    if not state.settings.webui:
+        raise APIError(404, "the web UI is disabled (--no-webui); the API is at /v1")
+    return HTMLResponse(PAGE.read_text(encoding="utf-8"), headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/favicon.ico")
+async def favicon() -> Response:
+    return Response(status_code=204)
+
+
+@router.get("/props")
+async def props(request: Request) -> Any:
+    state = _state(request)
+    s = state.settings
+    backend = state.backend
+    body: dict[str, Any] = {
+        "model_alias": s.model_id,
+        "model_path": s.model_path,
+        "total_slots": s.n_parallel,
+        "n_ctx": s.n_ctx,
+        "n_ctx_slot": s.n_ctx_slot,
+        "build_info": s.build,
+        "loaded": backend is not None,
+        "api_key_required": bool(s.api_keys),
+        "default_generation_settings": {
+            "n_ctx": s.n_ctx_slot,
+            "params": {"decode": s.decode or "auto", "threshold": s.threshold,
+                       "block_length": s.block_length},
+        },
+        "modalities": {"vision": False, "audio": False},
+    }
+    if backend is not None:
+        body["chat_template"] = backend.chat_template_text()
+        body["meta"] = backend.meta()
+    body.update(s.extra_props)
+    return body
+
+
+@router.get("/slots")
+async def slots(request: Request) -> Any:
+    state = _state(request)
+    pool = state.runner.slots
+    return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": i < pool.busy}
+            for i in range(pool.n_slots)]
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Any:
+    state = _state(request)
+    pool = state.runner.slots
+    text = state.metrics.render(processing=pool.busy, deferred=pool.waiting, n_slots=pool.n_slots,
+                                n_ctx=state.settings.n_ctx)
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request) -> Any:
+    state = _state(request)
+    req = parse_body(await request.body(), TokenizeRequest)
+    return await run_in_threadpool(state.require_backend().tokenize, req)
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request) -> Any:
+    state = _state(request)
+    req = parse_body(await request.body(), DetokenizeRequest)
+    return await run_in_threadpool(state.require_backend().detokenize, req)
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request) -> Any:
+    state = _state(request)
+    req = parse_body(await request.body(), ApplyTemplateRequest)
+    return await run_in_threadpool(state.require_backend().apply_template, req)
+
+
+@router.post("/_clover/shutdown")
+async def shutdown(request: Request) -> Any:
+    """Stop this server cleanly (used by `clover stop`; the token is in the user's state file)."""
+    state = _state(request)
+    token = state.settings.shutdown_token
+    given = request.headers.get("x-clover-shutdown-token", "")
+    if not token or state.request_exit is None:
+        raise APIError(404, "File Not Found")
+    if not hmac.compare_digest(given.encode(), token.encode()):
+        raise APIError(403, "wrong shutdown token")
+    state.runner.cancel_all()
+    state.request_exit()
+    return JSONResponse({"status": "stopping"}, status_code=202)

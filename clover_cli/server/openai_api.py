@@ -1,0 +1,234 @@
+"""The OpenAI-compatible routes: chat completions, completions, models, embeddings (501)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from .errors import APIError, context_exceeded, template_error
+from .generation import PING, Failed, Generation
+from .schemas import ChatRequest, CompletionRequest, parse_body
+from .shapes import ChatResult, Envelope, kind, new_id, public_reason
+from .sse import DONE_FRAME, PING_FRAME, EventStreamResponse, frame
+from .state import ServerState
+
+log = logging.getLogger("clover.server")
+router = APIRouter()
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.clover
+
+
+def _failure(exc: BaseException) -> APIError:
+    """A worker-thread exception as the error the client gets (never a traceback)."""
+    from runtime.errors import CloverError, ContextLengthError, TemplateError
+
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ContextLengthError):
+        return context_exceeded(exc.n_tokens, exc.n_ctx)
+    if isinstance(exc, TemplateError):
+        return template_error(exc)
+    if isinstance(exc, CloverError):
+        return APIError(500, exc.message)
+    log.error("generation failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    return APIError(500, f"internal error during generation: {type(exc).__name__}")
+
+
+def _timeout_error(state: ServerState) -> APIError:
+    return APIError(504, f"generation timed out after {state.settings.timeout_s:g} s (-to/--timeout)")
+
+
+async def _start(state: ServerState, job: Any) -> Generation:
+    state.metrics.count("requests_total")
+    try:
+        return await state.runner.start(job, state.settings.timeout_s)
+    except APIError as exc:
+        if exc.status == 503:
+            state.metrics.count("requests_rejected_total")
+        raise
+
+
+async def _until_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _collect(request: Request, state: ServerState, gen: Generation) -> ChatResult:
+    """Run a generation to its end for a non-streaming answer; a disconnect cancels it."""
+    result = ChatResult()
+    failure: BaseException | None = None
+
+    async def consume() -> None:
+        nonlocal failure
+        async for event in gen.events():
+            if isinstance(event, Failed):
+                failure = event.exc
+            else:
+                result.add(event)
+
+    watcher = asyncio.ensure_future(_until_disconnect(request))
+    consumer = asyncio.ensure_future(consume())
+    try:
+        await asyncio.wait({watcher, consumer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not consumer.done():
+            gen.cancel()
+            state.metrics.count("requests_cancelled_total")
+            consumer.cancel()
+        watcher.cancel()
+    if consumer.cancelled():
+        raise APIError(499, "client closed the request")
+    if failure is not None:
+        state.metrics.count("requests_errors_total")
+        raise _failure(failure)
+    if gen.timed_out:
+        state.metrics.count("requests_errors_total")
+        raise _timeout_error(state)
+    state.metrics.record(result.usage, result.timings)
+    return result
+
+
+def _envelope(state: ServerState, prefix: str) -> Envelope:
+    return Envelope(id=new_id(prefix), model=state.settings.model_id, fingerprint=state.settings.build)
+
+
+async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
+                       env: Envelope) -> AsyncIterator[str]:
+    result = ChatResult()
+    ping = state.settings.sse_ping_s or None
+    try:
+        yield frame(env.chat_chunk({"role": "assistant", "content": None}))
+        async for event in gen.events(ping):
+            if event is PING:
+                yield PING_FRAME
+                continue
+            if isinstance(event, Failed):
+                state.metrics.count("requests_errors_total")
+                yield frame(_failure(event.exc).body())
+                return
+            k = kind(event)
+            if k == "ContentDelta" and event.text:
+                result.add(event)
+                yield frame(env.chat_chunk({"content": event.text}))
+            elif k == "ReasoningDelta" and event.text:
+                result.add(event)
+                yield frame(env.chat_chunk({"reasoning_content": event.text}))
+            elif k == "ToolCallDelta":
+                yield frame(env.chat_chunk({"tool_calls": [result.tool_delta(event)]}))
+            elif k == "Progress" and req.return_progress:
+                yield frame(env.chat_chunk({}, diffusion_progress=state.backend.progress_body(event)))
+            elif k == "Finished":
+                result.finish(event)
+        if gen.timed_out:
+            state.metrics.count("requests_errors_total")
+            yield frame(_timeout_error(state).body())
+            return
+        state.metrics.record(result.usage, result.timings)
+        last = env.chat_chunk({}, public_reason(result.finish_reason) or "stop")
+        if req.include_usage:
+            yield frame(last)
+            yield frame(env.usage_chunk("chat.completion.chunk", result.usage, result.timings))
+        else:
+            last["timings"] = env.usage_chunk("", result.usage, result.timings)["timings"]
+            yield frame(last)
+        yield DONE_FRAME
+    finally:
+        if not gen.finished.is_set():
+            gen.cancel()
+            state.metrics.count("requests_cancelled_total")
+
+
+async def _completion_stream(state: ServerState, gen: Generation, req: CompletionRequest,
+                             env: Envelope) -> AsyncIterator[str]:
+    result = ChatResult()
+    ping = state.settings.sse_ping_s or None
+    try:
+        async for event in gen.events(ping):
+            if event is PING:
+                yield PING_FRAME
+                continue
+            if isinstance(event, Failed):
+                state.metrics.count("requests_errors_total")
+                yield frame(_failure(event.exc).body())
+                return
+            k = kind(event)
+            if k == "ContentDelta" and event.text:
+                result.add(event)
+                yield frame(env.text(event.text, None, chunk=True))
+            elif k == "Finished":
+                result.finish(event)
+        if gen.timed_out:
+            state.metrics.count("requests_errors_total")
+            yield frame(_timeout_error(state).body())
+            return
+        state.metrics.record(result.usage, result.timings)
+        reason = public_reason(result.finish_reason) or "stop"
+        if req.include_usage:
+            yield frame(env.text("", reason, chunk=True))
+            usage = env.usage_chunk("text_completion", result.usage, result.timings)
+            yield frame(usage)
+        else:
+            yield frame(env.text("", reason, None, result.timings, chunk=True))
+        yield DONE_FRAME
+    finally:
+        if not gen.finished.is_set():
+            gen.cancel()
+            state.metrics.count("requests_cancelled_total")
+
+
+@router.post("/v1/chat/completions")
+@router.post("/chat/completions")
+async def chat_completions(request: Request) -> Any:
+    state = _state(request)
+    req = parse_body(await request.body(), ChatRequest)
+    backend = state.require_backend()
+    job = await run_in_threadpool(backend.chat_job, req)
+    gen = await _start(state, job)
+    env = _envelope(state, "chatcmpl-")
+    if req.stream:
+        return EventStreamResponse(_chat_stream(state, gen, req, env))
+    result = await _collect(request, state, gen)
+    return JSONResponse(env.chat(result))
+
+
+@router.post("/v1/completions")
+@router.post("/completions")
+async def completions(request: Request) -> Any:
+    state = _state(request)
+    req = parse_body(await request.body(), CompletionRequest)
+    backend = state.require_backend()
+    job = await run_in_threadpool(backend.completion_job, req)
+    gen = await _start(state, job)
+    env = _envelope(state, "cmpl-")
+    if req.stream:
+        return EventStreamResponse(_completion_stream(state, gen, req, env))
+    result = await _collect(request, state, gen)
+    text = result.content
+    if req.echo:
+        text = req.prompt + text
+    return JSONResponse(env.text(text, public_reason(result.finish_reason), result.usage, result.timings))
+
+
+@router.get("/v1/models")
+@router.get("/models")
+async def models(request: Request) -> Any:
+    state = _state(request)
+    meta = state.backend.meta() if state.backend is not None else None
+    return {"object": "list", "data": [{"id": state.settings.model_id, "object": "model",
+                                        "created": state.created, "owned_by": "clover", "meta": meta}]}
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings")
+async def embeddings(_: Request) -> Any:
+    raise APIError(501, "embeddings are not supported by this server (Clover models are generative)")

@@ -1,0 +1,69 @@
+"""A fixed number of generation slots (`-np`) and a bounded line of requests waiting for one.
+
+All methods run on the event loop; worker threads hand slots back with `call_soon_threadsafe`.
+A slot is freed only when its generation thread has really stopped, so a client that disconnects
+never lets more than `-np` sequences run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from .errors import APIError
+
+RETRY_AFTER_S = 5
+
+
+def busy_error(message: str) -> APIError:
+    return APIError(503, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+class SlotPool:
+    """`n_slots` sequences run at once; up to `max_queue` more wait in order; beyond that, 503."""
+
+    def __init__(self, n_slots: int, max_queue: int) -> None:
+        self.n_slots = n_slots
+        self.max_queue = max_queue
+        self._free: list[int] = list(range(n_slots - 1, -1, -1))
+        self._waiters: deque[asyncio.Future[int]] = deque()
+
+    @property
+    def busy(self) -> int:
+        return self.n_slots - len(self._free)
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for w in self._waiters if not w.done())
+
+    async def acquire(self, timeout: float) -> int:
+        """A free slot id; waits in line up to `timeout` seconds; 503 with Retry-After when full."""
+        if self._free and not self.waiting:
+            return self._free.pop()
+        if self.waiting >= self.max_queue:
+            raise busy_error(f"server is busy: {self.n_slots} of {self.n_slots} slots in use and "
+                             f"{self.waiting} requests waiting; retry later")
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            if fut.done() and not fut.cancelled():
+                return fut.result()
+            raise busy_error(f"timed out after {timeout:g} s waiting for a free slot; retry later") from None
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())
+            raise
+        finally:
+            if fut in self._waiters and fut.done():
+                self._waiters.remove(fut)
+
+    def release(self, slot: int) -> None:
+        """Give the slot to the oldest live waiter, or put it back."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(slot)
+                return
+        self._free.append(slot)

@@ -1,0 +1,155 @@
+"""The chat page at `/` in headless Chromium: load it, send a message, watch the reply stream in.
+
+Uses Debian's `chromium` through Playwright (never `playwright install`). Screenshots of the page
+mid-reply and after it go to CLOVER_SCREENSHOT_DIR when set, else to the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from serve_helpers import chat_factory, fixed_reply_model, live_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]
+REPLY = "Hello from **Clover**! Here is `code` and a list:\n\n- one\n- two\n"
+REASONING = "A greeting, with some Markdown."
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium is not installed (apt-get install chromium)")
+
+# Every text the assistant bubble shows while the reply streams in, recorded in the page.
+WATCH = """() => {
+  window.__seen = [];
+  new MutationObserver(() => {
+    const c = document.querySelector('.msg.assistant .content');
+    if (c && c.textContent && window.__seen[window.__seen.length - 1] !== c.textContent)
+      window.__seen.push(c.textContent);
+  }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    model = fixed_reply_model(REPLY, reasoning=REASONING)
+    with live_server(chat_factory(model, 1024), model_id="clover-webui-test", n_ctx=1024) as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def _shot(page, tmp_path: Path, name: str) -> Path:
+    folder = Path(os.environ.get("CLOVER_SCREENSHOT_DIR") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def _settings(page, *, thinking: bool) -> None:
+    page.click("#settings-toggle")
+    page.set_checked("#thinking", thinking)
+    page.click("#settings-toggle")
+
+
+def test_page_streams_a_reply(server, browser, tmp_path):
+    page = browser.new_page(viewport={"width": 1100, "height": 760})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    requests: list[str] = []
+    page.on("request", lambda req: requests.append(req.url))
+    page.goto(server.url("/"))
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    assert "clover-webui-test" in page.inner_text("#model-name")
+
+    _settings(page, thinking=False)
+    page.evaluate(WATCH)
+    page.fill("#input", "Say hello, please.")
+    page.press("#input", "Enter")
+    page.wait_for_function("document.querySelector('.msg.assistant .content') && "
+                           "document.querySelector('.msg.assistant .content').textContent.length > 0",
+                           timeout=30_000)
+    mid = _shot(page, tmp_path, "webui-mid-reply.png")
+    page.wait_for_function("document.body.dataset.busy === ''", timeout=30_000)
+    final = _shot(page, tmp_path, "webui-reply.png")
+    assert mid.stat().st_size > 0 and final.stat().st_size > 0
+
+    content = page.locator(".msg.assistant .content")
+    assert content.locator("strong").inner_text() == "Clover"
+    assert content.locator("code").inner_text() == "code"
+    assert content.locator("li").all_inner_texts() == ["one", "two"]
+    seen = page.evaluate("window.__seen")
+    assert len(seen) >= 5, seen  # streamed in pieces, not dropped in at the end
+    assert seen[0] == "Hello" and seen[-1].startswith("Hello from Clover!"), seen
+    assert page.inner_text(".msg.user .bubble") == "Say hello, please."
+    assert "tokens" in page.inner_text(".msg.assistant .stats")
+    assert page.locator(".msg.assistant .reasoning").is_hidden()
+    assert all(u.startswith(server.base_url) for u in requests), requests
+    assert errors == []
+
+    page.click("#new-chat")
+    assert page.locator(".msg").count() == 0
+    page.close()
+
+
+def test_reasoning_is_collapsible(server, browser):
+    page = browser.new_page()
+    page.goto(server.url("/"))
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    _settings(page, thinking=True)
+    page.fill("#input", "Say hello.")
+    page.press("#input", "Enter")
+    page.wait_for_function("document.body.dataset.busy === ''", timeout=30_000)
+    details = page.locator(".msg.assistant details.reasoning")
+    assert details.get_attribute("open") is None  # folded once the answer started
+    details.locator("summary").click()
+    assert details.locator(".text").inner_text() == REASONING
+    assert page.locator(".msg.assistant .content strong").inner_text() == "Clover"
+    page.close()
+
+
+def test_stop_button_cancels_the_generation(browser):
+    with live_server(chat_factory(fixed_reply_model("tick tock, ", endless=True), 8192), n_ctx=8192) as live:
+        page = browser.new_page()
+        page.goto(live.url("/"))
+        page.wait_for_selector("#status-dot.ok", timeout=20_000)
+        page.click("#settings-toggle")
+        page.set_checked("#thinking", False)
+        page.fill("#max-tokens", "8000")
+        page.dispatch_event("#max-tokens", "change")
+        page.click("#settings-toggle")
+        page.fill("#input", "Talk forever.")
+        page.press("#input", "Enter")
+        page.wait_for_function("(document.querySelector('.msg.assistant .content') || {}).textContent"
+                               "?.includes('tock')", timeout=30_000)
+        page.click("#stop")
+        page.wait_for_function("document.body.dataset.busy === ''", timeout=10_000)
+        assert "stopped" in page.inner_text(".msg.assistant .stats")
+        live.wait_idle(10)  # the server noticed the aborted fetch and freed the slot
+        page.close()
+
+
+def test_page_asks_for_the_api_key(browser):
+    with live_server(chat_factory(fixed_reply_model(REPLY, reasoning=REASONING), 512), n_ctx=512,
+                     api_keys=("page-key",)) as live:
+        page = browser.new_page()
+        page.goto(live.url("/"))
+        page.wait_for_selector("#keybox.needed", timeout=20_000)
+        page.fill("#api-key", "page-key")
+        page.dispatch_event("#api-key", "change")
+        page.fill("#input", "hi")
+        page.press("#input", "Enter")
+        page.wait_for_function("document.body.dataset.busy === ''", timeout=30_000)
+        assert page.locator(".msg.assistant .error").count() == 0
+        assert "Clover" in page.inner_text(".msg.assistant .content")
+        page.close()
