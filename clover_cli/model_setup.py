@@ -62,7 +62,8 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
         n_ctx = min(cfg.context_length, max(fit_ctx, MIN_AUTO_CTX))
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
     if n_ctx > cfg.context_length:
-        raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
+        what = f"-c {n_ctx}" if parallel == 1 else f"{n_ctx} tokens per sequence (-c / -np {parallel})"
+        raise CloverError(f"{what} is larger than the model's context length {cfg.context_length}")
     estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel)
     verdict = memory_fit.assess(estimate, system)
     if verdict.verdict == "does not fit":
