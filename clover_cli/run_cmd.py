@@ -167,5 +167,8 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
         for call in reply.tool_calls:
             out.print(f"\n<tool_call {call['function']['name']}> {call['function']['arguments']}", markup=False)
     out.print()
+    if not reply.content and not reply.tool_calls and reply.reasoning:
+        console.warn("the reply was all reasoning and never reached an answer "
+                      "(raise -n, or use --no-think; --json shows the reasoning)")
     if show_timings and err.is_terminal:
         err.print(stats_line(reply), style="dim", markup=False)

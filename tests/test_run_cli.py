@@ -101,3 +101,14 @@ def test_repl_session_in_a_pseudo_terminal(model: str, tmp_path: Path) -> None:
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_a_reply_that_is_all_reasoning_says_so(model: str, tmp_path: Path) -> None:
+    """Thinking on (the template's default) and a budget spent inside <think>: stdout has no answer,
+    so stderr says why instead of leaving the user with an empty line."""
+    res = _run([model, "Hello there", "-n", "6", "--decode", "ar", "--json"], tmp_path)
+    reply = json.loads(res.stdout)
+    assert reply["reasoning"] and not reply["content"]  # the premise: six tokens of reasoning only
+    res = _run([model, "Hello there", "-n", "6", "--decode", "ar"], tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == ""
+    assert "the reply was all reasoning and never reached an answer" in res.stderr
