@@ -258,18 +258,10 @@ def split_paths(path: Path) -> list[Path]:
     return paths
 
 
-@dataclass
-class GGUFModelFile:
-    """An opened GGUF model (one file or a split set) with memory-mapped tensor data."""
+class HeaderView:
+    """What a model's first header says, for an opened file and a remote one alike (`headers[0]`)."""
 
-    paths: list[Path]
     headers: list[GGUFHeader]
-    tensors: dict[str, TensorInfo]
-    _maps: list[Any] = field(default_factory=list, repr=False)
-
-    @property
-    def path(self) -> Path:
-        return self.paths[0]
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -282,6 +274,20 @@ class GGUFModelFile:
     @property
     def version(self) -> int:
         return self.headers[0].version
+
+
+@dataclass
+class GGUFModelFile(HeaderView):
+    """An opened GGUF model (one file or a split set) with memory-mapped tensor data."""
+
+    paths: list[Path]
+    headers: list[GGUFHeader]
+    tensors: dict[str, TensorInfo]
+    _maps: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def path(self) -> Path:
+        return self.paths[0]
 
     @property
     def file_size(self) -> int:

@@ -4,17 +4,16 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
 
 from ..errors import HubError, ModelFileError
-from ..gguf_file import GGUFHeader, HeaderTruncated, TensorInfo, parse_header
+from ..gguf_file import GGUFHeader, HeaderTruncated, HeaderView, TensorInfo, parse_header
 from . import remote
 
 FIRST_READ = 1 << 20
 MAX_HEADER = 1 << 30
 
 
-class RemoteModel:
+class RemoteModel(HeaderView):
     """The headers of a model's shards as read from the Hub; shaped like an opened GGUFModelFile for
     everything that needs no tensor data (`metadata`, `value_types`, `tensors`, `paths`, `file_size`)."""
 
@@ -34,18 +33,6 @@ class RemoteModel:
     @property
     def name(self) -> str:
         return self.paths[0].name
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.headers[0].metadata
-
-    @property
-    def value_types(self) -> dict[str, tuple[int, int | None]]:
-        return self.headers[0].value_types
-
-    @property
-    def version(self) -> int:
-        return self.headers[0].version
 
     @property
     def tensor_bytes(self) -> int:
