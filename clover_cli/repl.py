@@ -101,6 +101,8 @@ class Repl:
             self._set(arg)
         elif cmd == "/show":
             self._show(arg)
+        elif cmd in ("/read", "/save", "/load") and not arg:
+            self.con.print(f"usage: {cmd} FILE")
         elif cmd == "/read":
             try:
                 text = Path(arg).expanduser().read_text(encoding="utf-8")
@@ -109,14 +111,21 @@ class Repl:
                 return True
             self.ask(f"--- File: {Path(arg).name} ---\n{text}")
         elif cmd == "/save":
-            Path(arg).write_text(json.dumps({"system": self.system, "messages": self.history}, ensure_ascii=False,
-                                            indent=2), encoding="utf-8")
+            try:
+                Path(arg).expanduser().write_text(json.dumps({"system": self.system, "messages": self.history},
+                                                             ensure_ascii=False, indent=2), encoding="utf-8")
+            except OSError as exc:
+                self.con.print(f"cannot save {arg}: {exc.strerror}")
+                return True
             self.con.print(f"Saved {len(self.history)} messages to {arg}.")
         elif cmd == "/load":
             try:
-                data = json.loads(Path(arg).read_text(encoding="utf-8"))
-                self.system, self.history = data.get("system"), list(data["messages"])
-            except (OSError, ValueError, KeyError) as exc:
+                data = json.loads(Path(arg).expanduser().read_text(encoding="utf-8"))
+                system, history = data.get("system"), list(data["messages"])
+                if not all(isinstance(m, dict) and "role" in m for m in history):
+                    raise ValueError("every message needs a role")
+                self.system, self.history = system, history
+            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
                 self.con.print(f"cannot load {arg}: {exc}")
                 return True
             self.con.print(f"Loaded {len(self.history)} messages.")

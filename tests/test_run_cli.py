@@ -82,8 +82,20 @@ def test_repl_session_in_a_pseudo_terminal(model: str, tmp_path: Path) -> None:
         child.sendline("And a second question?")
         child.expect("tokens per forward")
         child.expect(">>> ")
+        saved = tmp_path / "chat.json"
+        child.sendline(f"/save {saved}")
+        child.expect("Saved 4 messages")
+        child.expect(">>> ")
         child.sendline("/clear")
         child.expect("Chat history cleared.")
+        child.expect(">>> ")
+        child.sendline(f"/load {saved}")
+        child.expect("Loaded 4 messages.")
+        child.expect(">>> ")
+        child.sendline("/load")
+        child.expect("usage: /load FILE")
+        child.expect(">>> ")
+        child.sendline("/clear")
         child.expect(">>> ")
         child.sendline("/set temperature 0")  # greedy again: a long, reproducible reply to interrupt
         child.expect(">>> ")
@@ -100,6 +112,9 @@ def test_repl_session_in_a_pseudo_terminal(model: str, tmp_path: Path) -> None:
         child.expect(pexpect.EOF)
     finally:
         child.close()
+    doc = json.loads(saved.read_text(encoding="utf-8"))
+    assert [m["role"] for m in doc["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert doc["messages"][0]["content"] == "Hello"
     assert child.exitstatus == 0
 
 
