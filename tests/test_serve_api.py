@@ -181,7 +181,7 @@ def test_errors_are_openai_shaped(server):
              400, "messages.0.role"),
             (c.post("/v1/chat/completions", json={"messages": _messages(), "tool_choice": "required"}),
              400, "tool_choice"),
-            (c.get("/v1/no-such-route"), 404, ""),
+            (c.get("/v1/no-such-route"), 404, "no route /v1/no-such-route"),
             (c.post("/v1/embeddings", json={"input": "x"}), 501, "embeddings"),
         ]
     for r, status, needle in cases:

@@ -110,11 +110,11 @@ def install_handlers(app: FastAPI) -> None:
         return bad_request(message, field).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
-            message = "File Not Found"
+            message = f"File Not Found: no route {request.url.path} (the API is under /v1)"
         elif exc.status_code == 405:
-            message = "Method Not Allowed"
+            message = f"Method Not Allowed: {request.method} {request.url.path}"
         else:
             message = str(exc.detail)
         return APIError(exc.status_code, message, headers=dict(exc.headers or {})).response()
