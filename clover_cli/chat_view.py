@@ -116,7 +116,7 @@ class ReplyPrinter:
                                  (ev.tokens_preview, "cyan"))
             if self._live is None:
                 self._live = Live(text, console=self.con, transient=True, refresh_per_second=12)
-                self._live.start()
+                self._live.start(refresh=True)  # draw the first pass at once, not at the next tick
             else:
                 self._live.update(text)
             return

@@ -127,3 +127,26 @@ def test_a_reply_that_is_all_reasoning_says_so(model: str, tmp_path: Path) -> No
     res = _run([model, "Hello there", "-n", "6", "--decode", "ar"], tmp_path)
     assert res.returncode == 0 and res.stdout.strip() == ""
     assert "the reply was all reasoning and never reached an answer" in res.stderr
+
+
+def test_visual_mode_shows_the_block_resolving(model: str, tmp_path: Path) -> None:
+    """--visual draws the current block (pass number, masked count) while passes resolve it."""
+    import re
+
+    child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", model, "--visual", "-n", "64", "--no-think",
+                                           "--decode", "diffusion"],
+                          env=_env(tmp_path), encoding="utf-8", codec_errors="replace", timeout=120,
+                          dimensions=(40, 120))
+    try:
+        child.expect(">>> ")
+        child.sendline("Hello")
+        child.expect("tokens per forward")
+        frames = re.findall(r"block (\d+)\s+pass (\d+)\s+masked (\d+)", re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "",
+                                                                              child.before))
+        child.expect(">>> ")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert frames, "no live block was drawn"
+    assert all(0 <= int(masked) < 32 for _, _, masked in frames)
