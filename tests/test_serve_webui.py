@@ -90,7 +90,10 @@ def test_page_streams_a_reply(server, browser, tmp_path):
     assert content.locator("li").all_inner_texts() == ["one", "two"]
     seen = page.evaluate("window.__seen")
     assert len(seen) >= 5, seen  # streamed in pieces, not dropped in at the end
-    assert seen[0] == "Hello" and seen[-1].startswith("Hello from Clover!"), seen
+    # the first paint is a short start of the reply (a busy machine may merge the first deltas into one paint;
+    # later states are rendered Markdown, so they need not extend each other character by character)
+    assert seen[0].startswith("Hello") and len(seen[0]) < len(seen[-1]), seen
+    assert seen[-1].startswith("Hello from Clover!"), seen
     assert page.inner_text(".msg.user .bubble") == "Say hello, please."
     assert "tokens" in page.inner_text(".msg.assistant .stats")
     assert page.locator(".msg.assistant .reasoning").is_hidden()
