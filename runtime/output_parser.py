@@ -205,6 +205,18 @@ def _name_ok(name: str, *, allow_empty: bool = False) -> bool:
     return (allow_empty or bool(name)) and len(name) <= _MAX_NAME and _NAME_RE.fullmatch(name) is not None
 
 
+def _parameter_name(text: str, pos: int) -> tuple[Any, int]:
+    """The NAME of the `<parameter=NAME>` tag at `pos` and the index of its `>`; (_PENDING, -1) when
+    the text ends where a name could still be growing, (None, -1) when no name can be there."""
+    n0 = pos + len(PARAM_OPEN)
+    gt = text.find(">", n0, n0 + _MAX_NAME + 1)
+    if gt >= 0:
+        return text[n0:gt], gt
+    if len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
+        return _PENDING, -1
+    return None, -1
+
+
 def _is_tag_prefix(rest: str, tags: Iterable[str]) -> bool:
     """`rest` (the end of the text) could still grow into one of `tags`."""
     return any(len(rest) < len(t) and t.startswith(rest) for t in tags)
@@ -521,14 +533,10 @@ class OutputParser:
                    used: list[str], snap: _Snapshot) -> Any:
         """One `<parameter=KEY>VALUE</parameter>`: the index after it, _PENDING, _JUNK (not a
         parameter tag), or None when the reply ended inside it."""
-        n0 = pos + len(PARAM_OPEN)
-        gt = text.find(">", n0, n0 + _MAX_NAME + 1)
-        if gt < 0:
-            if len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
-                return None if final else _PENDING
-            return _JUNK
-        key = text[n0:gt]
-        if not _name_ok(key) or key in used:
+        key, gt = _parameter_name(text, pos)
+        if key is _PENDING:
+            return None if final else _PENDING
+        if key is None or not _name_ok(key) or key in used:
             return _JUNK
         found = self._value_end(text, gt + 1, final, key, props, used)
         if found is _PENDING:
@@ -604,14 +612,10 @@ class OutputParser:
                           props: dict[str, Any] | None) -> Any:
         """Does the `<parameter=` at `b` open a new parameter (well-formed name, not used yet, and
         known to the schema when there is one)?"""
-        n0 = b + len(PARAM_OPEN)
-        gt = text.find(">", n0, n0 + _MAX_NAME + 1)
-        if gt < 0:
-            if len(text) - n0 <= _MAX_NAME and _name_ok(text[n0:], allow_empty=True):
-                return True if final else _PENDING
-            return False
-        name = text[n0:gt]
-        return _name_ok(name) and name not in taken and (props is None or name in props)
+        name, _ = _parameter_name(text, b)
+        if name is _PENDING:
+            return True if final else _PENDING
+        return name is not None and _name_ok(name) and name not in taken and (props is None or name in props)
 
 
 def accumulate(deltas: Iterable[Any]) -> ParsedOutput:

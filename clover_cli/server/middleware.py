@@ -40,6 +40,20 @@ class _TooLarge(Exception):
     pass
 
 
+class _StartTracking:
+    """Wraps `send` and remembers whether the response has started: an error body can only be sent
+    before that."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
 class BodyLimit:
     """413 for bodies over `max_bytes`, by Content-Length or while a chunked body streams in."""
 
@@ -60,7 +74,6 @@ class BodyLimit:
             await _send_error(send, self._error(int(length)))
             return
         seen = 0
-        started = False
 
         async def limited_receive() -> Message:
             nonlocal seen
@@ -71,16 +84,11 @@ class BodyLimit:
                     raise _TooLarge()
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = _StartTracking(send)
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, tracked.send)
         except _TooLarge:
-            if not started:
+            if not tracked.started:
                 await _send_error(send, self._error())
 
 
@@ -145,20 +153,13 @@ class CatchAll:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = _StartTracking(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked.send)
         except _TooLarge:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped to a 500, never re-raised to uvicorn
             log.error("internal error on %s %s: %s: %s", scope.get("method"), scope.get("path"),
                       type(exc).__name__, exc, exc_info=exc)
-            if not started:
+            if not tracked.started:
                 await _send_error(send, APIError(500, f"internal error: {type(exc).__name__}"))

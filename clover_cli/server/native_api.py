@@ -89,25 +89,26 @@ async def metrics(request: Request) -> Any:
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
+async def _backend_call(request: Request, schema: Any, method: str) -> Any:
+    """Parse the body as `schema` and run the loaded backend's `method` on it off the event loop."""
+    state = _state(request)
+    req = parse_body(await request.body(), schema)
+    return await run_in_threadpool(getattr(state.require_backend(), method), req)
+
+
 @router.post("/tokenize")
 async def tokenize(request: Request) -> Any:
-    state = _state(request)
-    req = parse_body(await request.body(), TokenizeRequest)
-    return await run_in_threadpool(state.require_backend().tokenize, req)
+    return await _backend_call(request, TokenizeRequest, "tokenize")
 
 
 @router.post("/detokenize")
 async def detokenize(request: Request) -> Any:
-    state = _state(request)
-    req = parse_body(await request.body(), DetokenizeRequest)
-    return await run_in_threadpool(state.require_backend().detokenize, req)
+    return await _backend_call(request, DetokenizeRequest, "detokenize")
 
 
 @router.post("/apply-template")
 async def apply_template(request: Request) -> Any:
-    state = _state(request)
-    req = parse_body(await request.body(), ApplyTemplateRequest)
-    return await run_in_threadpool(state.require_backend().apply_template, req)
+    return await _backend_call(request, ApplyTemplateRequest, "apply_template")
 
 
 @router.post("/_clover/shutdown")
