@@ -202,21 +202,14 @@ DiffusionRunner = Callable[[Any, list[int], int, BenchConfig, Any], dict[str, fl
 
 
 def decoder_runner() -> DiffusionRunner:
-    """The block-diffusion decoder of `runtime.decoding` as a dg runner."""
+    """The block-diffusion decoder of `runtime.decoding` as a dg runner (greedy: the same work every run)."""
     from . import decoding
 
     def run(model: Any, prompt: list[int], n: int, cfg: BenchConfig, state: Any) -> dict[str, float]:
-        kw: dict[str, Any] = {"decode": "diffusion", "max_tokens": n, "stop_ids": frozenset()}
-        if cfg.block_length is not None:
-            kw["block_length"] = cfg.block_length
-        if cfg.threshold is not None:
-            kw["threshold"] = cfg.threshold
-        if cfg.expert_coreset is not None:
-            kw["expert_coreset"] = cfg.expert_coreset
-        accepted = _field_names(decoding.DecodeParams)
-        if "sampling" in accepted and hasattr(decoding, "SamplingParams"):
-            kw["sampling"] = decoding.SamplingParams(temperature=0.0)  # greedy: the same work every run
-        params = decoding.DecodeParams(**{k: v for k, v in kw.items() if not accepted or k in accepted})
+        params = decoding.DecodeParams(decode="diffusion", max_tokens=n, stop_ids=frozenset(),
+                                       block_length=cfg.block_length, threshold=cfg.threshold,
+                                       expert_coreset=cfg.expert_coreset,
+                                       sampling=decoding.SamplingParams(temperature=0.0))
         start = time.perf_counter_ns()
         stats: Any = None
         for event in decoding.generate(model, prompt, params, state=state):
@@ -228,29 +221,15 @@ def decoder_runner() -> DiffusionRunner:
     return run
 
 
-def _field_names(cls: type) -> set[str]:
-    """Keyword names a dataclass accepts (empty when it is not one: pass everything)."""
-    import dataclasses
-
-    return {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
-
-
-def _stat(stats: Any, name: str, default: float = 0.0) -> float:
-    value = stats.get(name, default) if isinstance(stats, dict) else getattr(stats, name, default)
-    return float(value if value is not None else default)
-
-
 def _diffusion_extras(stats: Any, wall_ns: int) -> dict[str, float]:
-    gen_ms = _stat(stats, "gen_ms", 0.0)
-    blocks = max(1.0, _stat(stats, "blocks", 1.0))
-    passes = _stat(stats, "passes", 0.0)
+    """The dg figures from the decoder's GenerationStats (its own generation time when it has one)."""
     return {
-        "time_ns": gen_ms * 1e6 if gen_ms > 0 else float(wall_ns),
-        "generated": _stat(stats, "generated_tokens", 0.0),
-        "tokens_per_forward": _stat(stats, "tokens_per_forward", 0.0),
-        "passes": passes,
-        "passes_per_block": passes / blocks,
-        "forwards": _stat(stats, "forwards", 0.0),
+        "time_ns": stats.gen_ms * 1e6 if stats.gen_ms > 0 else float(wall_ns),
+        "generated": float(stats.generated_tokens),
+        "tokens_per_forward": stats.tokens_per_forward,
+        "passes": float(stats.passes),
+        "passes_per_block": stats.passes / max(1, stats.blocks),
+        "forwards": float(stats.forwards),
     }
 
 

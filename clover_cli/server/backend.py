@@ -11,7 +11,7 @@ import math
 import threading
 from typing import Any
 
-from .errors import APIError, bad_request, context_exceeded, template_error
+from .errors import bad_request, context_exceeded, template_error
 from .generation import Job
 from .schemas import (
     ApplyTemplateRequest,
@@ -102,32 +102,28 @@ class Backend:
         self.settings = settings
         self.tokenizer = session.tokenizer
         self.template = session.template
-        self.model = getattr(session, "model", None)
+        self.model = session.model
         self._lock = threading.Lock()
 
     # ---- facts about the model -------------------------------------------------------------
-    def config(self) -> Any:
-        return getattr(self.model, "config", None)
-
     def meta(self) -> dict[str, Any]:
-        cfg = self.config()
-        diff = getattr(cfg, "diffusion", None)
-        model_file = getattr(self.model, "file", None)
+        cfg = self.model.config
+        tensors = self.model.file.tensors
         return {
-            "n_vocab": _first_attr(cfg, "n_vocab", "vocab_size"),
-            "n_ctx_train": _first_attr(cfg, "n_ctx_train", "context_length"),
+            "n_vocab": cfg.n_vocab,
+            "n_ctx_train": cfg.context_length,
             "n_ctx": self.n_ctx,
-            "n_embd": _first_attr(cfg, "n_embd", "hidden_size"),
-            "n_params": _n_params(model_file),
-            "size": getattr(model_file, "tensor_bytes", None),
-            "diffusion": None if diff is None else {
-                "block_length": self.settings.block_length or getattr(diff, "block_length", None),
-                "threshold": _rounded(self.settings.threshold or getattr(diff, "threshold", None)),
+            "n_embd": cfg.n_embd,
+            "n_params": int(sum(math.prod(t.shape) for t in tensors.values())),
+            "size": self.model.file.tensor_bytes,
+            "diffusion": {
+                "block_length": self.settings.block_length or cfg.diffusion.block_length,
+                "threshold": _rounded(self.settings.threshold or cfg.diffusion.threshold),
             },
         }
 
     def chat_template_text(self) -> str | None:
-        return getattr(self.template, "source", None) or getattr(self.template, "text", None)
+        return self.template.source
 
     # ---- generation ------------------------------------------------------------------------
     def _params(self, req: Sampling) -> Any:
@@ -151,7 +147,7 @@ class Backend:
     @property
     def n_ctx(self) -> int:
         """Context of one sequence: the server's share, never more than the session really has."""
-        return min(self.settings.n_ctx_slot, getattr(self.session, "n_ctx", None) or self.settings.n_ctx_slot)
+        return min(self.settings.n_ctx_slot, self.session.n_ctx)
 
     def _check_context(self, n_prompt: int) -> None:
         if n_prompt >= self.n_ctx:
@@ -180,7 +176,7 @@ class Backend:
             choice = {"type": "function", "function": {"name": choice.function.name}}
         elif choice == "required" and not tools:
             raise bad_request("tool_choice: 'required' needs at least one tool in tools", "tool_choice")
-        if tools and choice != "none" and not getattr(self.template, "supports_tools", True):
+        if tools and choice != "none" and not self.template.supports_tools:
             raise bad_request("tools: this model's chat template has no tool support; "
                               "pass --chat-template-file with one that has", "tools")
         if req.response_format is not None and req.response_format.type == "json_schema":
@@ -211,10 +207,8 @@ class Backend:
         return job
 
     def progress_body(self, event: Any) -> dict[str, Any]:
-        preview = getattr(event, "tokens_preview", None)
-        if preview is not None and not isinstance(preview, str):
-            preview = None
-        return {"block": event.block, "step": event.pass_index, "steps": event.passes, "preview": preview}
+        return {"block": event.block, "step": event.pass_index, "steps": event.passes,
+                "preview": event.tokens_preview}
 
     # ---- native endpoints ------------------------------------------------------------------
     def tokenize(self, req: TokenizeRequest) -> dict[str, Any]:
@@ -224,9 +218,9 @@ class Backend:
         return {"tokens": ids}
 
     def detokenize(self, req: DetokenizeRequest) -> dict[str, Any]:
-        n_vocab = self.meta().get("n_vocab")
+        n_vocab = self.model.config.n_vocab
         for i, t in enumerate(req.tokens):
-            if t < 0 or (n_vocab is not None and t >= n_vocab):
+            if t < 0 or t >= n_vocab:
                 raise bad_request(f"tokens.{i}: token id {t} is outside the vocabulary", f"tokens.{i}")
         return {"content": self.tokenizer.decode(req.tokens)}
 
@@ -240,24 +234,9 @@ def _drop_none(**kw: Any) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def _n_params(model_file: Any) -> int | None:
-    tensors = getattr(model_file, "tensors", None)
-    if not tensors:
-        return None
-    return int(sum(math.prod(t.shape) for t in tensors.values()))
-
-
 def _rounded(value: float | None) -> float | None:
     """Float32 metadata as the short decimal it was written as (0.9, not 0.8999999761581421)."""
     return None if value is None else float(f"{value:.6g}")
 
 
-def _first_attr(obj: Any, *names: str) -> Any:
-    for name in names:
-        value = getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
-
-
-__all__ = ["Backend", "APIError", "template_messages"]
+__all__ = ["Backend", "template_messages"]
