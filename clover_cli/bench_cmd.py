@@ -97,18 +97,10 @@ def command(
 
 
 def _resolve(name: str, offline: bool) -> str:
-    """A local path for `name`: files as given, Hub references through the model cache."""
-    from pathlib import Path
+    """A local path for `name`, resolved as run and serve resolve theirs."""
+    from .model_setup import resolve
 
-    from runtime.errors import ModelFileError
-
-    if Path(name).exists():
-        return name
-    try:
-        from runtime.hub import resolve_model
-    except ImportError:
-        raise ModelFileError(f"model file not found: {name}") from None
-    return str(resolve_model(name, offline=offline))
+    return str(resolve(name, offline=offline))
 
 
 def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build) -> list[dict]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CloverError, ContextLengthError, ModelFileError
+from ..errors import CloverError, ContextLengthError
 from ..gguf_file import GGUFModelFile, open_gguf
 from ..model_config import ModelConfig, describe
 from . import attention, gdn
@@ -222,10 +222,8 @@ def _resolve_path(path_or_ref: str | Path) -> Path:
     path = Path(path_or_ref)
     if path.exists() or path.suffix.lower() == ".gguf":
         return path  # a missing .gguf path is reported by open_gguf as "model file not found"
-    try:
-        from ..hub import resolve_model
-    except ImportError:
-        raise ModelFileError(f"model file not found: {path}") from None
+    from ..hub import resolve_model
+
     return Path(resolve_model(str(path_or_ref), download=False, progress=False))
 
 

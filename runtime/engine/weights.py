@@ -58,7 +58,7 @@ class Weights:
             from .. import kernels
 
             self._kernels = kernels
-            self.gdn_kernel = getattr(kernels, "gdn_chunked", None)
+            self.gdn_kernel = kernels.gdn_chunked
             self.enter()
         if cache_bytes is None:
             cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
