@@ -82,23 +82,18 @@ def command(
 
 
 def open_for_inspect(model: str) -> Any:
-    """A local path opens directly; anything else goes to the Hub layer when this build has one."""
+    """A local path opens directly; anything else goes to the Hub layer (only the header is read)."""
     from runtime.errors import ModelFileError
     from runtime.gguf_file import open_gguf
 
     path = Path(model).expanduser()
     if path.exists():
         return open_gguf(path)
-    try:
-        from runtime.hub import open_for_inspect as hub_open
-    except ImportError:
-        hub_open = None
-    looks_like_path = model.lower().endswith(".gguf") or "\\" in model or model.startswith((".", "/", "~"))
-    if hub_open is None or looks_like_path:
-        if looks_like_path or hub_open is not None:
-            raise ModelFileError(f"model file not found: {model}")
-        raise ModelFileError(f"model file not found: {model} (Hub model ids are not supported by this build)")
-    return hub_open(model)
+    from runtime.hub import looks_like_path, open_for_inspect
+
+    if looks_like_path(model):
+        raise ModelFileError(f"model file not found: {model}")
+    return open_for_inspect(model)
 
 
 def tensor_map(opened: Any) -> dict[str, Any]:

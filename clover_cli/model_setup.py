@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MODEL = "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M"
 MIN_AUTO_CTX = 4096
 
 
@@ -26,17 +25,14 @@ class PreparedModel:
 def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
     """A local path as is; anything else through the Hub layer (download when not cached)."""
     from runtime.errors import CloverError
+    from runtime.hub import DEFAULT_MODEL, looks_like_path, resolve_model
 
     text = model or DEFAULT_MODEL
     path = Path(text).expanduser()
     if path.exists():
         return path
-    if text.lower().endswith(".gguf") and ("/" not in text.strip("./") or path.parent.exists()):
+    if looks_like_path(text):
         raise CloverError(f"model file not found: {text}")
-    try:
-        from runtime.hub import resolve_model
-    except ImportError:
-        raise CloverError(f"model file not found: {text}") from None
     return Path(resolve_model(text, file=file, offline=offline, token=token, progress=True))
 
 
@@ -73,5 +69,7 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
         raise CloverError(verdict.message, verdict.hint or "lower -c, or use a smaller quant")
     if verdict.verdict == "fits with paging":
         console.warn(f"{verdict.message} (expect slow generation)")
+    from runtime.hub import DEFAULT_MODEL
+
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
     return PreparedModel(path, model_id, n_ctx, cfg, verdict)

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from . import paths
+from .hub.refs import DEFAULT_MODEL
 from .system_info import SystemInfo, probe
-
-DEFAULT_MODEL = "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M"
 
 
 @dataclass
@@ -104,10 +103,8 @@ def default_model_fit(n_ctx: int = 16384) -> tuple[str, dict[str, Any]]:
 
 
 def _cached_default() -> Path | None:
-    try:
-        from .hub import resolve_model
-    except ImportError:
-        return None
+    from .hub import resolve_model
+
     try:
         return Path(resolve_model(DEFAULT_MODEL, offline=True, progress=False))
     except Exception:  # noqa: BLE001 - "not cached" in any form means: estimate from the shape
