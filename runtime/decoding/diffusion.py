@@ -137,7 +137,8 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                 stats.forwards += 1
             stats.passes += 1
             passes += 1
-            logits = policy.exclude_mask_candidates(np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0], mask)
+            logits = np.concatenate(parts, axis=0)  # always a fresh array: last_logits is reused
+            policy.exclude_mask_candidates(logits, mask)
             tokens, probs = pick(apply_penalties(logits, history, sp), sp, rng)
             last_pass = passes >= max_passes
             reveal = np.arange(len(positions)) if last_pass else policy.low_confidence_reveal(probs, threshold)

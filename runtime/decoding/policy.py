@@ -62,9 +62,8 @@ def default_max_passes(block_length: int) -> int:
     return max(1, block_length)
 
 
-def exclude_mask_candidates(logits: np.ndarray, mask_id: int) -> np.ndarray:
+def exclude_mask_candidates(logits: np.ndarray, mask_id: int) -> None:
     """A masked position may never resolve to the mask token itself (it would stay unresolved
-    while counting as revealed); the vendor does not say, LLaDA-style decoders do the same."""
-    out = np.array(logits, dtype=np.float32, copy=True)
-    out[:, mask_id] = -np.inf
-    return out
+    while counting as revealed); the vendor does not say, LLaDA-style decoders do the same.
+    In place: the caller passes logits it owns (one row per pass of a 248K vocabulary is big)."""
+    logits[:, mask_id] = -np.inf
