@@ -234,8 +234,6 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
             advice.append(f"a smaller quant: the weights alone are {gib(est.weights)}")
         if est.n_parallel > 1:
             advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
-        if est.kv_cache > GiB:
-            advice.append(f"a smaller context: the KV cache alone is {gib(est.kv_cache)}")
     notes = []
     for i, g in enumerate(system.gpus):
         ok = est.total + margin <= g.free
