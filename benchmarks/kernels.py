@@ -1,4 +1,4 @@
-"""Kernel throughput per quant type: compiled kernels (runtime.kernels) against the numpy path.
+"""Kernel throughput per quant type: compiled kernels (clover_runtime.kernels) against the numpy path.
 
 Prints weights/s and GFLOP/s for a dense (out, in) product at batch 1 and batch N, and for one MoE
 layer's gate projection (256 experts x 512 x 2048, top-8) at batch 1 and a prefill-sized batch.
@@ -19,9 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.kernels import matmul, moe_matmul, set_threads  # noqa: E402
-from runtime.quants import dequantize_rows, quantize, type_name  # noqa: E402
-from runtime.quants.formats import SUPPORTED_TYPES  # noqa: E402
+from clover_runtime.kernels import matmul, moe_matmul, set_threads  # noqa: E402
+from clover_runtime.quants import dequantize_rows, quantize, type_name  # noqa: E402
+from clover_runtime.quants.formats import SUPPORTED_TYPES  # noqa: E402
 
 _BY_NAME = {type_name(t): t for t in SUPPORTED_TYPES}
 

@@ -56,7 +56,7 @@ class _PeakRss:
 
 
 def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backend: str) -> dict:
-    from runtime.engine import load_model
+    from clover_runtime.engine import load_model
 
     model = load_model(path, n_threads=threads, backend=backend)
     n_ctx = max(n_prompt, n_gen) + 8
@@ -136,8 +136,8 @@ def _worker(args: argparse.Namespace) -> None:
 
 
 def _model_path(layers: int, quant: str) -> Path:
-    from runtime.paths import cache_dir
-    from runtime.synth import SynthSpec, write_model
+    from clover_runtime.paths import cache_dir
+    from clover_runtime.synth import SynthSpec, write_model
 
     path = cache_dir() / "bench" / f"real-shape-{layers}L-qwen35moe-{quant}.gguf"
     if not path.exists():
@@ -197,7 +197,7 @@ def for_llama_cpp(src: Path, dst: Path, sections: tuple[int, ...] = (11, 11, 10,
     """
     import struct
 
-    from runtime.gguf_file import parse_header
+    from clover_runtime.gguf_file import parse_header
 
     with open(src, "rb") as fh:
         buf = fh.read(256 << 20)
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     model = Path(args.model) if args.model else _model_path(args.layers, args.quant)
     if args.model and _llama_installed():
-        from runtime.gguf_file import open_gguf
+        from clover_runtime.gguf_file import open_gguf
 
         meta = open_gguf(model).metadata
         if f"{meta['general.architecture']}.rope.dimension_sections" not in meta:

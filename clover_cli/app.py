@@ -106,7 +106,7 @@ app.command("doctor")(doctor_cmd.command)
 
 def main() -> None:
     """Entry point: one red line for errors we understand, tracebacks only with CLOVER_DEBUG=1."""
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)

@@ -47,7 +47,7 @@ def command(
 
         clover bench model.gguf -p 512 -n 128 -dg 128 -t 1,2 -o md
     """
-    from runtime.bench import (
+    from clover_runtime.bench import (
         OUTPUT_FORMATS,
         build_info,
         make_configs,
@@ -57,7 +57,7 @@ def command(
         parse_pairs,
         render,
     )
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     if output not in OUTPUT_FORMATS:
         raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")
@@ -76,7 +76,7 @@ def command(
     if threads:
         thread_list = parse_int_list(threads)
     else:
-        from runtime.kernels.jit import default_threads
+        from clover_runtime.kernels.jit import default_threads
 
         thread_list = [default_threads()]
     if any(t < 1 for t in thread_list):
@@ -104,8 +104,8 @@ def _resolve(name: str, offline: bool) -> str:
 
 
 def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build) -> list[dict]:
-    from runtime.bench import model_facts, records, run_tests
-    from runtime.engine import load_model
+    from clover_runtime.bench import model_facts, records, run_tests
+    from clover_runtime.engine import load_model
 
     model = load_model(path, n_threads=cfg.threads, backend=cfg.backend)
     facts = model_facts(path, model)

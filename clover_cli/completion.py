@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from runtime.paths import hf_cache_dir
+from clover_runtime.paths import hf_cache_dir
 
 SHELL_FILES = {"bash": "clover.bash", "zsh": "_clover", "fish": "clover.fish", "powershell": "clover.ps1"}
 _QUANT_RE = re.compile(

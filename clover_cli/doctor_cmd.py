@@ -23,7 +23,7 @@ def command(
 
         clover doctor -c 32768
     """
-    from runtime.doctor import run_doctor
+    from clover_runtime.doctor import run_doctor
 
     from .fit_table import print_pairs
 

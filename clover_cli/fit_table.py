@@ -1,7 +1,7 @@
 """Rendering of tables, and of the memory-fit report that inspect, pull, run, serve and doctor share.
 
 Rich tables on a terminal; aligned plain text when piped, so scripts can grep the output.
-Rendering only: the numbers come from `runtime.memory_fit.fit_report`.
+Rendering only: the numbers come from `clover_runtime.memory_fit.fit_report`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 from . import console as _console
 
 if TYPE_CHECKING:
+    from clover_runtime.memory_fit import FitReport, FitVerdict, MemoryEstimate, SystemMemory
     from rich.console import Console
-
-    from runtime.memory_fit import FitReport, FitVerdict, MemoryEstimate, SystemMemory
 
 Column = tuple[str, str]  # (header, "left" | "right")
 Cell = Any  # a str (always literal text, never markup) or a rich Text
@@ -145,7 +144,7 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
 def print_fit_table(estimate: MemoryEstimate, system: SystemMemory, verdict: FitVerdict,
                     con: Console | None = None, *, plain: bool | None = None) -> None:
     """One setting's breakdown, verdict and advice; to stderr by default (run/serve diagnostics)."""
-    from runtime.memory_fit import DEFAULT_MARGIN, FitReport, FitRow
+    from clover_runtime.memory_fit import DEFAULT_MARGIN, FitReport, FitRow
 
     report = FitReport(estimate, verdict, [FitRow(estimate.n_ctx, estimate, verdict.verdict, True)], 0, 0,
                        system, estimate.n_ctx, DEFAULT_MARGIN)

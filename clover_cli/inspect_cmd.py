@@ -46,9 +46,9 @@ def command(
 
         clover inspect Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 32768 --fit
     """
-    from runtime.errors import CloverError
-    from runtime.memory_fit import CACHE_TYPES, NO_FIT, fit_report
-    from runtime.model_summary import summarize
+    from clover_runtime.errors import CloverError
+    from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, fit_report
+    from clover_runtime.model_summary import summarize
 
     from . import console
 
@@ -83,13 +83,13 @@ def command(
 
 def open_for_inspect(model: str) -> Any:
     """A local path opens directly; anything else goes to the Hub layer (only the header is read)."""
-    from runtime.errors import ModelFileError
-    from runtime.gguf_file import open_gguf
+    from clover_runtime.errors import ModelFileError
+    from clover_runtime.gguf_file import open_gguf
 
     path = Path(model).expanduser()
     if path.exists():
         return open_gguf(path)
-    from runtime.hub import looks_like_path, open_for_inspect
+    from clover_runtime.hub import looks_like_path, open_for_inspect
 
     if looks_like_path(model):
         raise ModelFileError(f"model file not found: {model}")
@@ -113,7 +113,7 @@ def _jsonable(value: Any) -> Any:
 
 def metadata_rows(opened: Any) -> list[tuple[str, str | None, int, str, Any]]:
     """(key, value type, element type or None, count, value) like gguf_dump, with its 3 pseudo keys first."""
-    from runtime.gguf_file import VALUE_TYPE_NAMES
+    from clover_runtime.gguf_file import VALUE_TYPE_NAMES
 
     header = opened.headers[0] if getattr(opened, "headers", None) else opened
     n_tensors = len(header.tensors)
@@ -149,7 +149,7 @@ def _dump_value(tname: str, ename: str | None, value: Any) -> str:
 
 def json_document(model: str, opened: Any, summary: Any, report: Any, *, json_array: bool = False) -> dict:
     """gguf_dump's JSON shape (filename, endian, metadata, tensors) plus our summary and memory fit."""
-    from runtime.model_summary import to_json
+    from clover_runtime.model_summary import to_json
 
     meta: dict[str, Any] = {}
     for i, (tname, ename, count, key, value) in enumerate(metadata_rows(opened)):

@@ -14,7 +14,7 @@ def command(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")
 
         clover list --json
     """
-    from runtime.hub import cache_root, list_cached
+    from clover_runtime.hub import cache_root, list_cached
 
     from . import console
     from .fit_table import human_bytes, print_table

@@ -1,6 +1,6 @@
 """`clover make-model OUT.gguf`: write a synthetic Clover model with seeded random weights.
 
-A front end only: the spec, weights and GGUF writing live in `runtime.synth`. Module top imports
+A front end only: the spec, weights and GGUF writing live in `clover_runtime.synth`. Module top imports
 only typer and the standard library.
 """
 
@@ -46,10 +46,10 @@ def command(
 
         clover make-model big.gguf --preset real-shape --layers 4 --sparse
     """
-    from runtime.errors import CloverError
-    from runtime.quants import type_name
-    from runtime.synth.spec import build_spec
-    from runtime.synth.writer import is_synthetic, plan_model, write_model
+    from clover_runtime.errors import CloverError
+    from clover_runtime.quants import type_name
+    from clover_runtime.synth.spec import build_spec
+    from clover_runtime.synth.writer import is_synthetic, plan_model, write_model
 
     from . import console
 

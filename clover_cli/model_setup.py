@@ -24,8 +24,8 @@ class PreparedModel:
 
 def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
     """A local path as is; anything else through the Hub layer (download when not cached)."""
-    from runtime.errors import CloverError
-    from runtime.hub import DEFAULT_MODEL, looks_like_path, resolve_model
+    from clover_runtime.errors import CloverError
+    from clover_runtime.hub import DEFAULT_MODEL, looks_like_path, resolve_model
 
     text = model or DEFAULT_MODEL
     path = Path(text).expanduser()
@@ -40,10 +40,10 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
             token: str | None = None) -> PreparedModel:
     """Resolve the model, pick the context (0 = as much as fits, capped at the model's) and refuse
     with the fit table when it does not fit this machine."""
-    from runtime import memory_fit
-    from runtime.errors import CloverError
-    from runtime.gguf_file import open_gguf
-    from runtime.model_config import describe_tensors
+    from clover_runtime import memory_fit
+    from clover_runtime.errors import CloverError
+    from clover_runtime.gguf_file import open_gguf
+    from clover_runtime.model_config import describe_tensors
 
     from . import console
 
@@ -69,7 +69,7 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
         raise CloverError(verdict.message, verdict.hint or "lower -c, or use a smaller quant")
     if verdict.verdict == "fits with paging":
         console.warn(f"{verdict.message} (expect slow generation)")
-    from runtime.hub import DEFAULT_MODEL
+    from clover_runtime.hub import DEFAULT_MODEL
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
     return PreparedModel(path, model_id, n_ctx, cfg, verdict)

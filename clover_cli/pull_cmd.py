@@ -13,10 +13,10 @@ _E = "CLOVER_"
 
 def _check_fit(p: Any, *, ctx_size: int, force: bool, token: str | None) -> None:
     """Read the header remotely (a few MB) and stop before the download when the model cannot run here."""
-    from runtime import memory_fit
-    from runtime.errors import CloverError, ModelFileError
-    from runtime.hub import remote_header
-    from runtime.model_config import describe_tensors
+    from clover_runtime import memory_fit
+    from clover_runtime.errors import CloverError, ModelFileError
+    from clover_runtime.hub import remote_header
+    from clover_runtime.model_config import describe_tensors
 
     from . import console
 
@@ -68,7 +68,7 @@ def command(
 
         clover pull Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M
     """
-    from runtime.hub import resolve_model
+    from clover_runtime.hub import resolve_model
 
     from . import console
 

@@ -20,8 +20,8 @@ def command(
 
         clover rm Diffuspace/Clover-35B-A3B-Preview-GGUF:Q8_0 -y
     """
-    from runtime.errors import CloverError
-    from runtime.hub import matching, remove
+    from clover_runtime.errors import CloverError
+    from clover_runtime.hub import matching, remove
 
     from . import console
     from .fit_table import human_bytes

@@ -59,9 +59,9 @@ def command(
 
         clover run tiny.gguf "Why is the sky blue?"
     """
-    from runtime.chat import load_chat
-    from runtime.decoding import DecodeParams, SamplingParams
-    from runtime.errors import CloverError
+    from clover_runtime.chat import load_chat
+    from clover_runtime.decoding import DecodeParams, SamplingParams
+    from clover_runtime.errors import CloverError
 
     from .model_setup import prepare
 
@@ -105,7 +105,7 @@ def _complete(incomplete: str) -> list[str]:
 
 def _one_shot_text(prompt: str | None, file: Path | None) -> str | None:
     """The prompt from the argument / -p, a file, and stdin when it is not a terminal (prepended)."""
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     parts = []
     if not sys.stdin.isatty():
@@ -123,7 +123,7 @@ def _one_shot_text(prompt: str | None, file: Path | None) -> str | None:
 
 
 def _banner(session, prep, params) -> str:  # noqa: ANN001 - internal
-    from runtime.decoding import resolve_mode
+    from clover_runtime.decoding import resolve_mode
 
     mode, exact, reason = resolve_mode(session.model, params)
     label = mode if exact else f"{mode} (approximate)"

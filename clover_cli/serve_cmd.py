@@ -112,7 +112,7 @@ def command(
 
         clover serve Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 16384 -np 2 --detach
     """
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     model = model_opt or model_arg  # None: the default model, as `clover run` does
     if model_arg and model_opt and model_arg != model_opt:
@@ -135,7 +135,7 @@ def command(
 
 
 def _collect_keys(values: list[str], key_file: Path | None) -> tuple[str, ...]:
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     keys = [k.strip() for v in values for k in v.replace(",", " ").split() if k.strip()]
     if key_file is not None:
@@ -160,7 +160,7 @@ class Prepared:
 def _prepare(opts: ServeOptions) -> Prepared:
     """The shared model set-up (resolve, memory fit, refusal with the fit table) with serve's -c
     meaning the TOTAL context, split evenly over the -np sequences."""
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     from .model_setup import prepare
 
@@ -193,7 +193,7 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
 def _detach(opts: ServeOptions) -> None:
     import os
 
-    from runtime import paths
+    from clover_runtime import paths
 
     from . import console, service
     from .server.launch import bind
@@ -244,7 +244,7 @@ def _foreground(opts: ServeOptions) -> None:
         block_length=opts.block_length, shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
-        from runtime.chat import load_chat
+        from clover_runtime.chat import load_chat
 
         return load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
                          n_threads=opts.threads)

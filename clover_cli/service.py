@@ -19,8 +19,8 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from runtime import paths
-from runtime.errors import CloverError
+from clover_runtime import paths
+from clover_runtime.errors import CloverError
 
 LOG_ENV = "CLOVER_SERVE_LOG"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}

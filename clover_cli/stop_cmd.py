@@ -16,7 +16,7 @@ def command(
 
         clover stop 8085          (or: clover stop --all)
     """
-    from runtime.errors import CloverError
+    from clover_runtime.errors import CloverError
 
     from . import console, service
 

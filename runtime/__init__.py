@@ -1,6 +1,6 @@
 """clover's runtime: GGUF files, models, tokenizer, engine and decoding (no CLI code).
 
-`import runtime` stays cheap: the engine (and numpy) load on first use of `runtime.load_model`.
+`import clover_runtime` stays cheap: the engine (and numpy) load on first use of `clover_runtime.load_model`.
 """
 
 from __future__ import annotations
@@ -15,4 +15,4 @@ def __getattr__(name: str) -> Any:
         from .engine import load_model
 
         return load_model
-    raise AttributeError(f"module 'runtime' has no attribute {name!r}")
+    raise AttributeError(f"module 'clover_runtime' has no attribute {name!r}")

@@ -3,7 +3,7 @@ block-diffusion generation (dgN), each as mean ± std over repetitions after a w
 
 Timings cover model work only: prompts are synthetic token ids (no tokenization) and decode
 steps feed fixed ids (no sampling), as llama-bench does. Diffusion runs the real decoder
-(`runtime.decoding.generate`) with greedy picks and no stop tokens so every run generates N
+(`clover_runtime.decoding.generate`) with greedy picks and no stop tokens so every run generates N
 tokens; its time is the decoder's own generation time (the prompt prefill is not counted).
 Records carry llama-bench's JSON field names so existing tooling reads them.
 """
@@ -202,7 +202,7 @@ DiffusionRunner = Callable[[Any, list[int], int, BenchConfig, Any], dict[str, fl
 
 
 def decoder_runner() -> DiffusionRunner:
-    """The block-diffusion decoder of `runtime.decoding` as a dg runner (greedy: the same work every run)."""
+    """The block-diffusion decoder of `clover_runtime.decoding` as a dg runner (greedy: the same work every run)."""
     from . import decoding
 
     def run(model: Any, prompt: list[int], n: int, cfg: BenchConfig, state: Any) -> dict[str, float]:

@@ -43,7 +43,7 @@ VALUE_TYPE_NAMES = {
 }
 
 # ggml tensor types: (name, elements per block, bytes per block). Known so that any file can be
-# listed; which of them the engine can compute with is decided in `runtime.quants`.
+# listed; which of them the engine can compute with is decided in `clover_runtime.quants`.
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
     6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),

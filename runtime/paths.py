@@ -1,6 +1,6 @@
 """Per-user directories for clover's own files, following each platform's conventions.
 
-The model cache is the Hugging Face cache (see `runtime.hub`); these are clover's other files:
+The model cache is the Hugging Face cache (see `clover_runtime.hub`); these are clover's other files:
 compiled-kernel cache, background-server state and logs. `CLOVER_HOME` puts them all in one place.
 """
 

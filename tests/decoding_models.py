@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from clover_runtime.synth import SynthSpec
+from clover_runtime.synth.writer import plan_model
 from synth_models import model_path
-
-from runtime.synth import SynthSpec
-from runtime.synth.writer import plan_model
 
 
 def successor_overrides(spec: SynthSpec, *, mask_id: int, scale: float = 12.0, seed: int = 5) -> dict[str, np.ndarray]:
@@ -35,7 +34,7 @@ def successor_overrides(spec: SynthSpec, *, mask_id: int, scale: float = 12.0, s
 
 def successor_model_path(**spec_overrides) -> tuple[Path, int]:
     """(path, mask id) of a tiny F32 model that continues any id sequence with id + 1."""
-    from runtime.vocab import small_vocab
+    from clover_runtime.vocab import small_vocab
 
     mask = small_vocab().special["mask"]
     spec = SynthSpec.tiny(quant="F32", **spec_overrides)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from clover_runtime.synth import SynthSpec, write_model
 from hf_oracle import QUANT_SHAPE, TinyShape, clover_tensors, random_weights, to_gguf_tensors, write_gguf
-
-from runtime.synth import SynthSpec, write_model
 
 
 def token_ids(n: int, n_tokens: int, seed: int = 0) -> list[int]:

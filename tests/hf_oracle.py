@@ -14,9 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from clover_runtime.quants import quantize
 from gguf import GGMLQuantizationType, GGUFWriter
-
-from runtime.quants import quantize
 
 QUANT_IDS = {t.name: int(t) for t in GGMLQuantizationType}
 ALL_QUANTS = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q4_K_M")

@@ -235,7 +235,7 @@ def median_open_seconds(path: Path, repeats: int = 5) -> float:
     for the process, so this times the parser itself, cold each time)."""
     import mmap
 
-    from runtime.gguf_file import parse_header
+    from clover_runtime.gguf_file import parse_header
 
     times = []
     for _ in range(repeats):

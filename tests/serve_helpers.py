@@ -109,7 +109,7 @@ def sse_events(lines: Iterator[str]) -> Iterator[str]:
 
 def tiny_model(folder: Path) -> Path:
     """The smallest synthetic Clover model, written once per folder."""
-    from runtime.synth import SynthSpec, write_model
+    from clover_runtime.synth import SynthSpec, write_model
 
     path = folder / "tiny.gguf"
     if not path.exists():
@@ -121,7 +121,7 @@ def chat_factory(model_path: Path, n_ctx: int, **kw: Any) -> Callable[[], Any]:
     """What `clover serve` passes to create_app: a loader for the real chat session."""
 
     def load() -> Any:
-        from runtime.chat import load_chat
+        from clover_runtime.chat import load_chat
 
         return load_chat(str(model_path), n_ctx=n_ctx, **kw)
 
@@ -147,7 +147,7 @@ _LOGIT_MARGIN = 30.0
 
 
 def _reply_spec() -> Any:
-    from runtime.synth import SynthSpec
+    from clover_runtime.synth import SynthSpec
 
     return SynthSpec.tiny(quant="F32", hidden=REPLY_HIDDEN, clover_tensors=False, name="clover-synth-reply")
 
@@ -156,9 +156,8 @@ def _reply_overrides(spec: Any, head: Any = None, seed: int = 11) -> dict[str, A
     """Every tensor that differs from the random synthetic weights; `head` is output.weight
     (None: identity on the first REPLY_HIDDEN rows, which exposes the final hidden state)."""
     import numpy as np
-
-    from runtime.synth.writer import plan_model
-    from runtime.vocab import small_vocab
+    from clover_runtime.synth.writer import plan_model
+    from clover_runtime.vocab import small_vocab
 
     plans = {p.name: p for p in plan_model(spec)}
     n_vocab, hidden = plans["token_embd.weight"].shape
@@ -277,9 +276,8 @@ def fixed_reply_model(reply: str, *, reasoning: str = "The user wants a reply; h
     turn that follows a tool result with `after_tool` (all together at most about 200 tokens).
     `endless` repeats `reply` until max_tokens or the context runs out, for tests that need a
     generation to keep its slot. Files are shared per test session (the synth_models cache)."""
+    from clover_runtime.chat import load_chat
     from synth_models import model_path
-
-    from runtime.chat import load_chat
 
     spec = _reply_spec()
     probe = load_chat(str(model_path(spec, tensors_override=_reply_overrides(spec))), n_ctx=4096)

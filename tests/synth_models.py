@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-
-from runtime.synth import SynthSpec, WeightStream, write_model
-from runtime.synth.writer import plan_model
+from clover_runtime.synth import SynthSpec, WeightStream, write_model
+from clover_runtime.synth.writer import plan_model
 
 _DIR: Path | None = None
 _BUILT: dict[str, Path] = {}

@@ -11,9 +11,8 @@ import statistics
 
 import pytest
 from bench_helpers import LLAMA_BENCH_FIELDS, run_bench
+from clover_runtime.errors import CloverError
 from synth_models import tiny_model_path
-
-from runtime.errors import CloverError
 
 
 @pytest.fixture(scope="module")

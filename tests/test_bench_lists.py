@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from runtime.bench import BenchTest, make_configs, make_tests, parse_float_list, parse_int_list, parse_pairs
-from runtime.errors import CloverError
+from clover_runtime.bench import BenchTest, make_configs, make_tests, parse_float_list, parse_int_list, parse_pairs
+from clover_runtime.errors import CloverError
 
 
 @pytest.mark.parametrize("values, expected", [

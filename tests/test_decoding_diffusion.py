@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clover_runtime import load_model
+from clover_runtime.decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, SamplingParams, generate
+from clover_runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
+from clover_runtime.engine import generate_ar
 from decoding_models import successor_model_path
 from synth_models import tiny_model_path
-
-from runtime import load_model
-from runtime.decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, SamplingParams, generate
-from runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
-from runtime.engine import generate_ar
 
 PROMPT = [11, 12, 13, 14, 15]
 

@@ -7,10 +7,9 @@ import sys
 
 import numpy as np
 import pytest
+from clover_runtime.engine import generate_ar, load_model, sample_token
+from clover_runtime.errors import CloverError, ModelFileError
 from engine_models import synth_model, token_ids
-
-from runtime.engine import generate_ar, load_model, sample_token
-from runtime.errors import CloverError, ModelFileError
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +19,7 @@ def model(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def test_import_runtime_is_cheap() -> None:
-    code = "import sys, runtime; assert 'numpy' not in sys.modules; assert callable(runtime.load_model)"
+    code = "import sys, clover_runtime; assert 'numpy' not in sys.modules; assert callable(clover_runtime.load_model)"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

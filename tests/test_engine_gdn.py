@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from runtime.engine import gdn
+from clover_runtime.engine import gdn
 
 
 def _inputs(n: int, nk: int = 2, nv: int = 4, dk: int = 16, dv: int = 12, seed: int = 0):  # noqa: ANN202

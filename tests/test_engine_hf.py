@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clover_runtime.engine import generate_ar, load_model
 from engine_models import oracle_model, token_ids
 from hf_oracle import TinyShape, build_hf_model, random_weights
-
-from runtime.engine import generate_ar, load_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

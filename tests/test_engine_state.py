@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clover_runtime.engine import SequenceState, load_model
+from clover_runtime.errors import CloverError, ContextLengthError
 from engine_models import assert_logits_close, synth_model, token_ids
-
-from runtime.engine import SequenceState, load_model
-from runtime.errors import CloverError, ContextLengthError
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clover_runtime.errors import ModelFileError
+from clover_runtime.gguf_file import HeaderTruncated, open_gguf, parse_header
+from clover_runtime.model_summary import summarize
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 from inspect_helpers import REAL, edit_bytes, median_open_seconds, real_shape_path, run_clover, write_model
-
-from runtime.errors import ModelFileError
-from runtime.gguf_file import HeaderTruncated, open_gguf, parse_header
-from runtime.model_summary import summarize
 
 SUPPORTED = "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16"
 

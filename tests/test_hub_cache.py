@@ -9,12 +9,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from clover_runtime.errors import HubError
+from clover_runtime.gguf_file import open_gguf
 from hub_helpers import blobs, error_line, pulled_path, run_clover, split_model
 from hub_server import HubServer
 from synth_models import tiny_model_path
-
-from runtime.errors import HubError
-from runtime.gguf_file import open_gguf
 
 TINY, SPLIT = "acme/Tiny-GGUF", "acme/Split-GGUF"
 
@@ -120,7 +119,7 @@ def test_the_cache_is_shared_with_huggingface_hub(hub: HubServer, tmp_path: Path
 
 
 def test_python_api(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.hub import find_cached, parse_model_ref, remote_header, resolve_model
+    from clover_runtime.hub import find_cached, parse_model_ref, remote_header, resolve_model
 
     _api_env(monkeypatch, hub, tmp_path / "c")
     local = tiny_model_path("Q8_0")
@@ -152,7 +151,7 @@ def test_downloads_without_symlinks(hub: HubServer, tmp_path: Path, monkeypatch:
     """Windows without Developer Mode refuses symlinks (and FAT drives hard links too)."""
     import os
 
-    from runtime.hub import find_cached, list_cached, matching, parse_model_ref, remove, resolve_model
+    from clover_runtime.hub import find_cached, list_cached, matching, parse_model_ref, remove, resolve_model
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise OSError(1314, "A required privilege is not held by the client")
@@ -174,7 +173,7 @@ def test_downloads_without_symlinks(hub: HubServer, tmp_path: Path, monkeypatch:
 
 
 def test_cache_folder_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.hub import cache_root
+    from clover_runtime.hub import cache_root
 
     for var in ("CLOVER_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
         monkeypatch.delenv(var, raising=False)

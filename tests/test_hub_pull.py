@@ -10,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from clover_runtime.hub.download import CHUNK
 from hub_helpers import ROOT, blobs, clover_env, error_line, pulled_path, run_clover, sha256, split_model
 from hub_server import HubServer
 from synth_models import tiny_model_path
-
-from runtime.hub.download import CHUNK
 
 TINY, BIG, SPLIT, AMBIG = "acme/Tiny-GGUF", "acme/Big-GGUF", "acme/Split-GGUF", "acme/Unsloth-GGUF"
 

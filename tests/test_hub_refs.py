@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from runtime.errors import HubError
-from runtime.hub import DEFAULT_REPO, ModelRef, looks_like_path, parse_model_ref
-from runtime.hub.select import Ambiguous, choose, first_shards, matches, quant_of, shards_of
+from clover_runtime.errors import HubError
+from clover_runtime.hub import DEFAULT_REPO, ModelRef, looks_like_path, parse_model_ref
+from clover_runtime.hub.select import Ambiguous, choose, first_shards, matches, quant_of, shards_of
 
 INVALID = "invalid model reference '{}', expected <user>/<model>[:quant]"
 

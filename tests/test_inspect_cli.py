@@ -10,12 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.model_summary import summarize
 from gguf import GGUFReader
 from gguf.scripts.gguf_dump import dump_metadata
 from inspect_helpers import TEMPLATE, real_shape_path, run_clover, write_model
-
-from runtime.gguf_file import open_gguf
-from runtime.model_summary import summarize
 
 
 def real_shape_counts() -> tuple[int, int]:
@@ -203,11 +202,11 @@ def test_default_context_is_16k_capped(real, tiny, capsys, monkeypatch):
 
 def test_rich_rendering_on_a_terminal(tiny):
     """On a terminal the same report renders as rich tables (no markup leaks from values)."""
+    from clover_runtime.memory_fit import SystemMemory, fit_report
     from rich.console import Console
 
     from clover_cli import inspect_cmd
     from clover_cli.fit_table import print_pairs, render_fit
-    from runtime.memory_fit import SystemMemory, fit_report
 
     with open_gguf(tiny) as m:
         s = summarize(m)
@@ -223,9 +222,10 @@ def test_rich_rendering_on_a_terminal(tiny):
 
 def test_json_from_a_bare_header(tiny):
     """The Hub seam: a header parsed from the first bytes of a file gives the same document."""
+    from clover_runtime.gguf_file import parse_header
+    from clover_runtime.memory_fit import SystemMemory, fit_report
+
     from clover_cli import inspect_cmd
-    from runtime.gguf_file import parse_header
-    from runtime.memory_fit import SystemMemory, fit_report
 
     data = tiny.read_bytes()
     header = parse_header(data[:len(data) // 2], name="tiny.gguf")  # the header is far shorter
@@ -239,8 +239,8 @@ def test_json_from_a_bare_header(tiny):
 
 
 def test_generator_real_shape_matches_hand_count(tmp_path, capsys, monkeypatch):
-    """The project's own generator (runtime.synth) at the real shape reports the same numbers."""
-    from runtime import synth
+    """The project's own generator (clover_runtime.synth) at the real shape reports the same numbers."""
+    from clover_runtime import synth
 
     total, active = real_shape_counts()
     path = synth.write_model(tmp_path / "real.gguf", synth.SynthSpec.real_shape(), sparse=True)

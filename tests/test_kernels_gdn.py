@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from runtime.kernels import gdn_chunked
+from clover_runtime.kernels import gdn_chunked
 
 RTOL = 1e-5
 

@@ -1,4 +1,4 @@
-"""Compiled fused kernels against the numpy path: dequantize (runtime.quants) then a float matmul.
+"""Compiled fused kernels against the numpy path: dequantize (clover_runtime.quants) then a float matmul.
 
 The dequantizer itself is checked against gguf-py in test_quants_roundtrip. All calls share one
 compiled specialization, so a cold numba cache compiles once (~10 s on CI), not once per test.
@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from clover_runtime.kernels import matmul, moe_matmul, set_threads
+from clover_runtime.quants import SUPPORTED_TYPES, dequantize, dequantize_rows, quantize, type_name
 from gguf.constants import GGMLQuantizationType as T
-
-from runtime.kernels import matmul, moe_matmul, set_threads
-from runtime.quants import SUPPORTED_TYPES, dequantize, dequantize_rows, quantize, type_name
 
 RTOL = 1e-5  # relative to the size of the terms summed (|x|·|W|ᵀ), the scale of float32 round-off
 
@@ -102,7 +101,7 @@ def test_kernel_cache_goes_to_the_per_user_cache_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env.update(CLOVER_HOME=str(tmp_path / "home"))
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])
-    code = "import numba, runtime.kernels as k; print(numba.config.CACHE_DIR); print(k.kernel_cache_dir())"
+    code = "import numba, clover_runtime.kernels as k; print(numba.config.CACHE_DIR); print(k.kernel_cache_dir())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     cache, base = (Path(line) for line in out.stdout.splitlines())
     assert base == tmp_path / "home" / "cache" / "numba"

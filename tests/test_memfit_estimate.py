@@ -6,10 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from inspect_helpers import real_shape_path, write_model
-
-from runtime.gguf_file import open_gguf
-from runtime.memory_fit import (
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.memory_fit import (
     FITS,
     NO_FIT,
     PAGING,
@@ -27,7 +25,8 @@ from runtime.memory_fit import (
     probe_system,
     table_contexts,
 )
-from runtime.model_config import describe
+from clover_runtime.model_config import describe
+from inspect_helpers import real_shape_path, write_model
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,11 @@
-"""Block geometry and error handling of runtime.quants, checked against gguf's constants."""
+"""Block geometry and error handling of clover_runtime.quants, checked against gguf's constants."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-from gguf.quants import quant_shape_to_byte_shape
-
-from runtime.errors import ModelFileError
-from runtime.quants import (
+from clover_runtime.errors import ModelFileError
+from clover_runtime.quants import (
     SUPPORTED_TYPES,
     bits_per_weight,
     block_size,
@@ -19,6 +16,8 @@ from runtime.quants import (
     type_name,
     type_size,
 )
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import quant_shape_to_byte_shape
 
 EXPECTED = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
 

@@ -1,4 +1,4 @@
-"""Encoders and decoders of runtime.quants against gguf-py as the independent oracle.
+"""Encoders and decoders of clover_runtime.quants against gguf-py as the independent oracle.
 
 (a) gguf.quants.dequantize decodes our bytes to the same floats as our decoder;
 (b) the round trip stays within the error the format allows (bounds derived per block below);
@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from clover_runtime.quants import SUPPORTED_TYPES, dequantize, dequantize_rows, quantize, type_name
 from gguf import quants as gq
 from gguf.constants import GGMLQuantizationType as T
 from quants_helpers import awkward_matrix
-
-from runtime.quants import SUPPORTED_TYPES, dequantize, dequantize_rows, quantize, type_name
 
 SHAPES = [(24, 256), (16, 1024), (12, 2560)]  # 1, 4 and 10 super-blocks per row
 FP16_EPS = 2.0**-11  # relative rounding of an fp16 scale

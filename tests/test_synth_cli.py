@@ -1,4 +1,4 @@
-"""`clover make-model` and `python -m runtime.synth`: options reach the file, errors are one line."""
+"""`clover make-model` and `python -m clover_runtime.synth`: options reach the file, errors are one line."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.model_config import describe, has_clover_tensors
+from clover_runtime.synth.__main__ import main as synth_main
 from typer.testing import CliRunner
 
 from clover_cli.app import app
-from runtime.gguf_file import open_gguf
-from runtime.model_config import describe, has_clover_tensors
-from runtime.synth.__main__ import main as synth_main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,16 +7,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.model_config import describe
+from clover_runtime.quants import quantize
+from clover_runtime.synth import SynthSpec, WeightStream
+from clover_runtime.synth.weights import storage_type
+from clover_runtime.synth.writer import plan_model
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize
 from synth_models import model_path
-
-from runtime.gguf_file import open_gguf
-from runtime.model_config import describe
-from runtime.quants import quantize
-from runtime.synth import SynthSpec, WeightStream
-from runtime.synth.weights import storage_type
-from runtime.synth.writer import plan_model
 
 # Worst relative RMS error (over all tensors) allowed per stored type: about 1.4x what a
 # correct encoder gives on Gaussian weights; any layout mistake gives errors near 1.4.

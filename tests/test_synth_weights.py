@@ -7,11 +7,10 @@ engine), used only to watch activation magnitudes through a deep tiny model.
 from __future__ import annotations
 
 import numpy as np
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.model_config import describe
+from clover_runtime.synth import SynthSpec
 from synth_models import model_path, tiny_model_path
-
-from runtime.gguf_file import open_gguf
-from runtime.model_config import describe
-from runtime.synth import SynthSpec
 
 
 def _f32(f, name):

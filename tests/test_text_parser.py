@@ -8,10 +8,9 @@ import json
 import re
 
 import pytest
+from clover_runtime.output_parser import OutputParser, accumulate, convert_value, parse_full
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from runtime.output_parser import OutputParser, accumulate, convert_value, parse_full
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {

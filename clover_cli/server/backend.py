@@ -127,7 +127,7 @@ class Backend:
 
     # ---- generation ------------------------------------------------------------------------
     def _params(self, req: Sampling) -> Any:
-        from runtime.decoding import DecodeParams, SamplingParams
+        from clover_runtime.decoding import DecodeParams, SamplingParams
 
         s = self.settings
         sampling = SamplingParams(
@@ -155,7 +155,7 @@ class Backend:
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:
-        from runtime.errors import TemplateError
+        from clover_runtime.errors import TemplateError
 
         try:
             return self.template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,

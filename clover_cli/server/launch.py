@@ -12,8 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-
-from runtime.errors import CloverError
+from clover_runtime.errors import CloverError
 
 from .state import ServerState
 

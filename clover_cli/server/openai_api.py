@@ -28,7 +28,7 @@ def _state(request: Request) -> ServerState:
 
 def _failure(exc: BaseException) -> APIError:
     """A worker-thread exception as the error the client gets (never a traceback)."""
-    from runtime.errors import CloverError, ContextLengthError, TemplateError
+    from clover_runtime.errors import CloverError, ContextLengthError, TemplateError
 
     if isinstance(exc, APIError):
         return exc

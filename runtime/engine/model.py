@@ -1,6 +1,6 @@
 """The Clover trunk from a GGUF file: causal forward (prefill, decode, commit) and the preview pass.
 
-Every hyper-parameter comes from the file's metadata (`runtime.model_config`), so tiny test
+Every hyper-parameter comes from the file's metadata (`clover_runtime.model_config`), so tiny test
 models and the 35B model run through the same code. Activations are float32 throughout.
 """
 

@@ -1,10 +1,10 @@
 """Weight access: tensors stay memory-mapped and quantized; every weight product goes through here.
 
 Two backends compute the products. "numpy" (the reference path) dequantizes with
-`runtime.quants` and multiplies with BLAS, keeping dequantized matrices in a cache bounded by
+`clover_runtime.quants` and multiplies with BLAS, keeping dequantized matrices in a cache bounded by
 `cache_bytes` (least recently used first out; a matrix larger than the budget is streamed in row
 blocks and never held whole). "numba" multiplies straight from the quantized bytes with the fused
-kernels of `runtime.kernels`. Expert tensors are only ever touched one expert at a time.
+kernels of `clover_runtime.kernels`. Expert tensors are only ever touched one expert at a time.
 """
 
 from __future__ import annotations

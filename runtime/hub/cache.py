@@ -24,7 +24,7 @@ _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
 def cache_root() -> Path:
-    """CLOVER_CACHE, HF_HUB_CACHE, HF_HOME/hub, then the Hugging Face default (see runtime.paths)."""
+    """CLOVER_CACHE, HF_HUB_CACHE, HF_HOME/hub, then the Hugging Face default (see clover_runtime.paths)."""
     return hf_cache_dir()
 
 

@@ -4,7 +4,7 @@ numba's auto-vectoriser widens small integers to 64-bit lanes and reduces every 
 sub-block horizontally; both cost 4-5x against hand-written vectors. Here each block format is
 written once as portable LLVM vector IR (no target intrinsics: the backend picks AVX-512, AVX2 or
 NEON instructions for the CPU numba compiles for): a *decoder* that turns one block into float32
-vectors of 16 lanes, exactly as `runtime.quants.dequantize` defines the weights, and two users of
+vectors of 16 lanes, exactly as `clover_runtime.quants.dequantize` defines the weights, and two users of
 it: `dot_rows` (one weight row against R activation rows, R in 1, 2, 4, 8, vector accumulators
 kept across the whole row) and `decode_row` (a weight row into a float32 buffer, for BLAS).
 
@@ -104,7 +104,7 @@ class _Block:
 
 
 # Decoders: one block -> list of <16 x float>, in weight order. Each follows the block layout as
-# runtime.quants.dequant writes it; min/offset terms use one fused multiply-add.
+# clover_runtime.quants.dequant writes it; min/offset terms use one fused multiply-add.
 
 
 def _dec_q8_0(k: _Block) -> list[ir.Value]:

@@ -1,7 +1,7 @@
 """Vectorised numpy dequantization of the supported ggml types, written from the block layouts.
 
 This is the reference path (and the one used for small dense tensors); the compiled kernels in
-`runtime.kernels` must agree with it. Work proceeds in chunks of blocks so that temporaries stay in
+`clover_runtime.kernels` must agree with it. Work proceeds in chunks of blocks so that temporaries stay in
 cache and a large tensor never needs more than its float32 output plus a few megabytes.
 """
 

@@ -1,4 +1,4 @@
-"""`python -m runtime.synth OUT.gguf --preset tiny --quant Q4_K ...`: write a synthetic Clover model."""
+"""`python -m clover_runtime.synth OUT.gguf --preset tiny --quant Q4_K ...`: write a synthetic Clover model."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .writer import write_model
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m runtime.synth", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m clover_runtime.synth", description=__doc__)
     ap.add_argument("out", type=Path, help="output .gguf path")
     ap.add_argument("--preset", default="tiny", choices=PRESETS)
     ap.add_argument("--quant", type=str.upper, choices=QUANTS, help="file type (default: the preset's)")

@@ -1,4 +1,4 @@
-"""The vocabulary and chat template a synthetic model carries, from `runtime.vocab`."""
+"""The vocabulary and chat template a synthetic model carries, from `clover_runtime.vocab`."""
 
 from __future__ import annotations
 
