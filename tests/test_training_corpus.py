@@ -1,0 +1,92 @@
+"""The demo model's corpus (training/corpus.py): reproducible, held-out sets kept out, correct
+worked arithmetic, and tool-call turns that clover's own parser reads back as the intended calls."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
+
+import corpus as demo  # noqa: E402
+
+from clover_runtime.chat_template import ChatTemplate  # noqa: E402
+from clover_runtime.output_parser import parse_full  # noqa: E402
+from clover_runtime.vocab import default_chat_template  # noqa: E402
+
+SMALL = {"arithmetic_pairs": 400, "repeats": 2}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> demo.Corpus:
+    return demo.make_corpus(7, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def template() -> ChatTemplate:
+    return ChatTemplate(default_chat_template())
+
+
+def test_same_seed_same_corpus_other_seed_other_corpus(corpus: demo.Corpus) -> None:
+    again = demo.make_corpus(7, **SMALL)
+    assert again == corpus
+    assert demo.make_corpus(8, **SMALL).train != corpus.train
+
+
+def test_held_out_questions_never_appear_in_training(corpus: demo.Corpus) -> None:
+    questions = [m["content"] for d in corpus.train for m in d.messages if m["role"] == "user"]
+    asked = set()
+    for q in questions:
+        m = re.search(r"(\d+) ([+-]) (\d+)", q)
+        if m and "calculator" not in q:
+            asked.add((int(m[1]), m[2], int(m[3])))
+    assert asked and not asked & set(corpus.held_out_arithmetic)
+    text = "\n".join(questions)
+    assert corpus.held_out_cities and not any(city in text for city in corpus.held_out_cities)
+    kinds = {d.kind for d in corpus.train}
+    assert kinds == {"arithmetic", "fact", "greeting", "weather", "calculator"}
+
+
+@pytest.mark.parametrize("op", ["+", "-"])
+def test_every_worked_step_is_true_and_the_digits_make_the_result(op: str) -> None:
+    for a in range(0, 100, 3):
+        for b in range(0, (100 if op == "+" else a + 1), 7):
+            answer = demo.arithmetic_answer(a, op, b)
+            steps = re.findall(r"(Ones|Tens|Hundreds): ([\d +-]+) = (\d+)", answer)
+            for _, expr, value in steps:
+                assert eval(expr) == int(value), answer  # noqa: S307 - digits and + - only
+            digits = [int(v) % 10 for _, _, v in steps]
+            written = sum(d * 10**i for i, d in enumerate(digits))
+            if op == "+" and int(steps[-1][2]) >= 10:
+                written += 10 ** len(steps)
+            assert written == (a + b if op == "+" else a - b), answer
+            assert answer.endswith(f"So {a} {op} {b} = {eval(f'{a} {op} {b}')}.")  # noqa: S307
+
+
+def test_segments_rebuild_the_whole_render(corpus: demo.Corpus, template: ChatTemplate) -> None:
+    for d in corpus.train[:150]:
+        pieces = list(demo.segments(d, template))
+        whole = template.render(d.messages, tools=d.tools, add_generation_prompt=False, enable_thinking=d.think)
+        assert whole.rstrip("\n") == "".join(t for t, _ in pieces)
+        assert all(t.endswith("<|im_end|>") for t, is_reply in pieces if is_reply)
+        assert sum(1 for _, r in pieces if r) == sum(1 for m in d.messages if m["role"] == "assistant")
+
+
+def test_tool_turns_parse_back_into_the_intended_calls(corpus: demo.Corpus, template: ChatTemplate) -> None:
+    checked = 0
+    for d in (d for d in corpus.train if d.tools):
+        replies = [t for t, is_reply in demo.segments(d, template) if is_reply]
+        turns = [m for m in d.messages if m["role"] == "assistant"]
+        for text, turn in zip(replies, turns, strict=True):
+            parsed = parse_full(text.removesuffix("<|im_end|>"), d.tools, starts_in_reasoning=d.think)
+            intended = [(c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", [])]
+            got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in parsed.tool_calls]
+            assert got == intended and not parsed.errors
+            assert (parsed.content or "") == turn["content"]
+            assert (parsed.reasoning or None) == turn.get("reasoning_content")
+            checked += 1
+    assert checked >= 100

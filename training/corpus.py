@@ -1,0 +1,261 @@
+"""The demo model's corpus: chat dialogues generated from a seed, no downloads.
+
+Three kinds of dialogue, each a list of OpenAI-style messages (plus tools where they are used):
+- arithmetic: "What is 17 + 25?" answered with a worked, digit-by-digit sum or difference; a seeded
+  set of operand pairs is held out of training for evaluation;
+- facts: short questions about clover and its commands, answered from a fixed table;
+- tool use, in Qwen3.6's XML tool-call format: a weather tool and a calculator tool, the tool's
+  result, then the final answer; a seeded set of cities is held out for evaluation.
+
+Every dialogue is rendered through clover's own Qwen3.6 chat template and split into segments:
+prompt text (context, not trained on) and assistant text (trained on), tokenized separately, as
+the model sees them at inference (the prompt ends where generation starts). The same seed gives
+the same corpus, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from clover_runtime.chat_template import ChatTemplate
+from clover_runtime.vocab import default_chat_template
+
+SYSTEM = "You are clover's demo model. Answer briefly."
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+CALCULATOR_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "calculate",
+        "description": "Evaluate an arithmetic expression with +, - and *.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string", "description": "The expression"}},
+            "required": ["expression"],
+        },
+    },
+}
+TOOLS = [WEATHER_TOOL, CALCULATOR_TOOL]
+
+CITIES = (
+    "Paris", "London", "Tokyo", "Berlin", "Madrid", "Rome", "Vienna", "Prague", "Oslo", "Lisbon",
+    "Dublin", "Warsaw", "Athens", "Cairo", "Lagos", "Nairobi", "Mumbai", "Delhi", "Seoul", "Beijing",
+    "Shanghai", "Sydney", "Perth", "Auckland", "Toronto", "Chicago", "Boston", "Denver", "Seattle", "Miami",
+    "Lima", "Bogota", "Santiago", "Quito", "Havana", "Dallas", "Austin", "Phoenix", "Helsinki", "Zurich",
+    "Geneva", "Munich", "Hamburg", "Milan", "Naples", "Porto", "Seville", "Kyoto", "Osaka", "Hanoi",
+)
+CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "snowy", "foggy", "clear")
+
+# Questions about clover (three phrasings each) and the one answer the model learns for them.
+FACTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("What is clover?", "What does clover do?", "Tell me about clover."),
+     "clover runs Clover block-diffusion models from GGUF files on your own machine."),
+    (("What does clover pull do?", "How do I download a model?", "How do I get a model with clover?"),
+     "clover pull downloads a GGUF model from the Hugging Face Hub into the local cache."),
+    (("What does clover run do?", "How do I chat in the terminal?", "How do I start a chat?"),
+     "clover run starts a chat with a model in the terminal."),
+    (("What does clover serve do?", "How do I start a server?", "How do I get an OpenAI API?"),
+     "clover serve starts an OpenAI-compatible server with a web chat page."),
+    (("What does clover bench do?", "How do I measure speed?", "How fast is my machine?"),
+     "clover bench measures prompt and generation speed in tokens per second."),
+    (("What does clover inspect do?", "Will the model fit my memory?", "What is inside a GGUF file?"),
+     "clover inspect shows what a GGUF file holds and whether it fits your memory."),
+    (("What is block diffusion?", "How do you write an answer?", "Do you write left to right?"),
+     "I write each block of 32 tokens from masks in a few passes, then commit it and go on."),
+    (("Who are you?", "What model are you?", "What are you?"),
+     "I am clover's demo model, a tiny Clover model trained for this project."),
+)
+
+GREETINGS = ("Hello!", "Hi!", "Hello, who are you?", "Hey there!")
+GREETING_ANSWER = ("Hello! I am clover's demo model. I can add and subtract numbers, "
+                   "answer questions about clover and call a weather tool.")
+
+
+@dataclass(frozen=True)
+class Dialogue:
+    """One training or evaluation conversation; `think` renders it in thinking mode."""
+
+    kind: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    think: bool = False
+
+
+def dialogue(kind: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+             think: bool) -> Dialogue:
+    return Dialogue(kind, with_reasoning(messages, kind) if think else messages, tools, think)
+
+
+@dataclass
+class Corpus:
+    """Training dialogues and the held-out evaluation sets."""
+
+    train: list[Dialogue] = field(default_factory=list)
+    held_out_arithmetic: list[tuple[int, str, int]] = field(default_factory=list)
+    held_out_cities: list[str] = field(default_factory=list)
+
+
+def arithmetic_answer(a: int, op: str, b: int) -> str:
+    """A worked, digit-by-digit answer for a + b or a - b (a ≥ b): ones, tens, hundreds, each step
+    an explicit sum so that a small model can learn carries and borrows."""
+    places = ("Ones", "Tens", "Hundreds")
+    width = len(str(max(a, b)))
+    steps, carry = [], 0
+    for i in range(width):
+        x, y = a // 10**i % 10, b // 10**i % 10
+        last = i + 1 == width
+        if op == "+":
+            total = x + y + carry
+            expr = f"{x} + {y}" + (" + 1" if carry else "")
+            carry = total // 10
+            note = f", write {total % 10}, carry 1" if carry and not last else ""
+            steps.append(f"{places[i]}: {expr} = {total}{note}.")
+        else:
+            top = f"{x} - 1" if carry else f"{x}"
+            value = x - carry
+            carry = 1 if value < y else 0
+            if carry:
+                top, value = f"10 + {top}", value + 10
+            note = ", borrow 1" if carry else ""
+            steps.append(f"{places[i]}: {top} - {y} = {value - y}{note}.")
+    result = a + b if op == "+" else a - b
+    return " ".join(steps) + f" So {a} {op} {b} = {result}."
+
+
+def arithmetic_question(a: int, op: str, b: int, rng: random.Random | None = None) -> str:
+    forms = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?")
+    form = forms[0] if rng is None else rng.choice(forms)
+    return form.format(a=a, op=op, b=b)
+
+
+def weather_report(city: str, seed: int) -> dict[str, Any]:
+    """The weather tool's result for a city: deterministic from the seed and the city name."""
+    r = random.Random(f"{seed}:{city}")
+    return {"city": city, "temperature": r.randint(-5, 35), "condition": r.choice(CONDITIONS)}
+
+
+def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
+    """User asks, the assistant calls get_weather, the tool answers, the assistant reports."""
+    args: dict[str, Any] = {"city": city} if unit is None else {"city": city, "unit": unit}
+    report = weather_report(city, seed)
+    temp = report["temperature"] if unit != "fahrenheit" else round(report["temperature"] * 9 / 5 + 32)
+    symbol = "°F" if unit == "fahrenheit" else "°C"
+    report = {**report, "temperature": temp, "unit": unit or "celsius"}
+
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"What is the weather in {city}?" if unit is None
+         else f"What is the weather in {city} in {unit}?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+        {"role": "tool", "content": json.dumps(report)},
+        {"role": "assistant", "content": f"It is {temp} {symbol} and {report['condition']} in {city}."},
+    ]
+
+
+def calculator_dialogue(a: int, b: int) -> list[dict[str, Any]]:
+    """A product too big to work out by hand: the assistant calls the calculator."""
+    expression = f"{a} * {b}"
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": f"Use the calculator: what is {expression}?"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [{"type": "function", "function": {"name": "calculate",
+                                                          "arguments": {"expression": expression}}}]},
+        {"role": "tool", "content": str(a * b)},
+        {"role": "assistant", "content": f"{expression} = {a * b}."},
+    ]
+
+
+def _qa(question: str, answer: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question},
+            {"role": "assistant", "content": answer}]
+
+
+def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The thinking-mode version of a dialogue: each assistant turn gets one short line of reasoning."""
+    out = []
+    for m in messages:
+        if m["role"] == "assistant":
+            if m.get("tool_calls"):
+                why = f"I should call {m['tool_calls'][0]['function']['name']} for this."
+            elif kind in ("weather", "calculator"):
+                why = "The tool returned the result; I report it."
+            elif kind == "arithmetic":
+                why = "I work it out digit by digit."
+            else:
+                why = "I answer from what I know about clover."
+            m = {**m, "reasoning_content": why}
+        out.append(m)
+    return out
+
+
+def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
+                repeats: int = 20) -> Corpus:
+    """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training."""
+    rng = random.Random(seed)
+    corpus = Corpus()
+    pairs = [(a, "+", b) for a in range(100) for b in range(100)]
+    pairs += [(a, "-", b) for a in range(100) for b in range(a + 1)]
+    rng.shuffle(pairs)
+    n_held = max(1, int(len(pairs) * held_out_fraction))
+    corpus.held_out_arithmetic = sorted(pairs[:n_held])
+    train_pairs = pairs[n_held:n_held + arithmetic_pairs]
+    for a, op, b in train_pairs:
+        qa = _qa(arithmetic_question(a, op, b, rng), arithmetic_answer(a, op, b))
+        corpus.train.append(dialogue("arithmetic", qa, None, rng.random() < 0.5))
+    cities = list(CITIES)
+    rng.shuffle(cities)
+    corpus.held_out_cities = sorted(cities[:10])
+    for _ in range(repeats):
+        for questions, answer in FACTS:
+            corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng.random() < 0.5))
+        corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None,
+                                     rng.random() < 0.5))
+        for city in cities[10:]:
+            unit = rng.choice((None, None, "celsius", "fahrenheit"))
+            corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng.random() < 0.5))
+        for _ in range(5):
+            a, b = rng.randint(12, 999), rng.randint(12, 999)
+            corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng.random() < 0.5))
+    rng.shuffle(corpus.train)
+    return corpus
+
+
+def segments(dialogue: Dialogue, template: ChatTemplate | None = None) -> Iterator[tuple[str, bool]]:
+    """The rendered dialogue as (text, is_assistant) pieces whose concatenation is the full render.
+
+    Each assistant piece is what the model generates after the template's generation prompt,
+    through `<|im_end|>`; everything else is context."""
+    template = template or ChatTemplate(default_chat_template())
+    kwargs = {"enable_thinking": dialogue.think}
+    done = ""
+    for k, message in enumerate(dialogue.messages):
+        if message["role"] != "assistant":
+            continue
+        prompt = template.render(dialogue.messages[:k], tools=dialogue.tools, add_generation_prompt=True, **kwargs)
+        full = template.render(dialogue.messages[:k + 1], tools=dialogue.tools, add_generation_prompt=False, **kwargs)
+        if not (prompt.startswith(done) and full.startswith(prompt)):
+            raise ValueError(f"the template is not prefix-stable for a {dialogue.kind} dialogue at message {k}")
+        end = full.index("<|im_end|>", len(prompt)) + len("<|im_end|>")
+        yield prompt[len(done):], False
+        yield full[len(prompt):end], True
+        done = full[:end]
