@@ -13,7 +13,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 
 import corpus as demo  # noqa: E402
-
 from clover_runtime.chat_template import ChatTemplate  # noqa: E402
 from clover_runtime.output_parser import parse_full  # noqa: E402
 from clover_runtime.vocab import default_chat_template  # noqa: E402
