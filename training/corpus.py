@@ -19,6 +19,7 @@ import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from clover_runtime.chat_template import ChatTemplate
@@ -240,12 +241,18 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     return corpus
 
 
+@lru_cache(maxsize=1)
+def qwen36_template() -> ChatTemplate:
+    """The Qwen3.6 template clover ships, compiled once."""
+    return ChatTemplate(default_chat_template())
+
+
 def segments(dialogue: Dialogue, template: ChatTemplate | None = None) -> Iterator[tuple[str, bool]]:
     """The rendered dialogue as (text, is_assistant) pieces whose concatenation is the full render.
 
     Each assistant piece is what the model generates after the template's generation prompt,
     through `<|im_end|>`; everything else is context."""
-    template = template or ChatTemplate(default_chat_template())
+    template = template or qwen36_template()
     kwargs = {"enable_thinking": dialogue.think}
     done = ""
     for k, message in enumerate(dialogue.messages):
