@@ -141,6 +141,9 @@ class ChatRequest(Sampling):
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_format: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    think: bool | Literal["low", "medium", "high"] | None = None  # Ollama's switch (or effort level)
+    thinking_budget: int | None = Field(default=None, ge=0)  # Qwen's API: thinking tokens, 0 = off
 
 
 class CompletionRequest(Sampling):
