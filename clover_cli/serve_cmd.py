@@ -215,6 +215,17 @@ def _detach(opts: ServeOptions) -> None:
     console.info(f"stop it with: clover stop {record.port}")
 
 
+def client_line(host: str, port: int, model_id: str, n_ctx: int, keyed: bool) -> str:
+    """The settings to paste into an OpenAI-compatible client (Hermes Agent, the agent SDKs), with an
+    address a client on this machine can connect to even when the server listens on all of them."""
+    from .service import display_host
+
+    local = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    key = "<your --api-key>" if keyed else "none"
+    return (f"for OpenAI-compatible clients: base_url=http://{display_host(local)}:{port}/v1 model={model_id} "
+            f"api_key={key} context_length={n_ctx}")
+
+
 def _foreground(opts: ServeOptions) -> None:
     import logging
     import os
@@ -264,6 +275,8 @@ def _foreground(opts: ServeOptions) -> None:
         service.write_record(record)
         where = "web UI at /, API at /v1" if opts.webui else "API at /v1"
         console.out().print(f"listening on {url} ({where})", markup=False, highlight=False)
+        console.out().print(client_line(opts.host, port, prep.model_id, per_seq, bool(opts.api_keys)),
+                            markup=False, highlight=False)
         console.info("loading the model…")
 
     def on_loaded() -> None:

@@ -5,9 +5,17 @@ context-exceeded error in OpenAI's words."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import openai
 import pytest
-from serve_helpers import chat_factory, fixed_reply_model, live_server
+from serve_helpers import chat_factory, fixed_reply_model, live_server, tiny_model
+
+from clover_cli.server.launch import bind
 
 REASONING = ("First I read the question again, then I look at the tools, then I check the city name "
              "and the number of days, and only then do I write the call.")
@@ -15,6 +23,14 @@ ANSWER = "Sure: the forecast for Paris follows."
 QUESTION = [{"role": "user", "content": "What will the weather be in Paris?"}]
 N_CTX, N_PARALLEL = 4096, 2
 MODEL = "agent-model"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +146,36 @@ def test_context_exceeded_in_openai_words_and_llama_cpp_fields(server, client):
     with pytest.raises(openai.BadRequestError) as info:
         client.completions.create(model=MODEL, prompt="weather " * n_ctx, max_tokens=4)
     assert info.value.code == "context_length_exceeded" and "your prompt resulted in" in info.value.message
+
+
+def test_serve_prints_the_settings_an_openai_client_needs(tmp_path):
+    """`clover serve` prints one line with base_url, model, api_key and context_length; pasted into
+    the SDK as printed, it reaches the server (0.0.0.0 becomes an address a client can dial)."""
+    model = tiny_model(tmp_path)
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_")}
+    env.update(CLOVER_HOME=str(tmp_path / "home"), NO_COLOR="1", PYTHONIOENCODING="utf-8", COLUMNS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", str(model), "--host", "0.0.0.0",
+                             "--port", str(port), "-c", "1024", "-np", "2", "--alias", "pasted"],
+                            cwd=ROOT, env=env, text=True, encoding="utf-8", stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout.readline().startswith(f"listening on http://0.0.0.0:{port}")
+        line = proc.stdout.readline().strip()
+        assert line.startswith("for OpenAI-compatible clients: "), line
+        fields = dict(item.split("=", 1) for item in line.split(": ", 1)[1].split())
+        assert fields == {"base_url": f"http://127.0.0.1:{port}/v1", "model": "pasted", "api_key": "none",
+                          "context_length": "512"}
+        client = openai.OpenAI(base_url=fields["base_url"], api_key=fields["api_key"], max_retries=0, timeout=60)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                (entry,) = client.models.list().data
+                break
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline, "the server never answered"
+                time.sleep(0.2)
+        assert entry.id == fields["model"] and entry.model_extra["max_model_len"] == int(fields["context_length"])
+    finally:
+        proc.terminate()
+        proc.wait(30)
