@@ -18,11 +18,12 @@ import numpy as np
 
 from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, PassEvent, generate
 
-# OpenAI's `reasoning_effort` levels as thinking-token budgets. Qwen3.6 has no effort levels of its
-# own; these follow the common 1K/4K/16K ladder (low answers quickly, high leaves room for the long
-# chains Qwen recommends for hard problems). "xhigh" is unlimited; "none" turns thinking off.
+# OpenAI's `reasoning_effort` levels (and Hermes Agent's "max" and "ultra") as thinking-token
+# budgets. Qwen3.6 has no effort levels of its own; these follow the common 1K/4K/16K ladder (low
+# answers quickly, high leaves room for the long chains Qwen recommends for hard problems). Above
+# "high" there is no limit; "none" turns thinking off.
 EFFORT_BUDGETS: dict[str, int | None] = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096,
-                                         "high": 16384, "xhigh": None}
+                                         "high": 16384, "xhigh": None, "max": None, "ultra": None}
 CLOSE_THINK = "\n</think>\n\n"  # what the model itself writes after its reasoning (tool-calls.md)
 
 

@@ -44,10 +44,11 @@ def _raw_ids(session, ids, max_tokens):
 
 
 def test_effort_levels_are_an_increasing_ladder():
-    assert effort_budget("none") == 0 and effort_budget("xhigh") is None
+    assert effort_budget("none") == 0
+    assert effort_budget("xhigh") is effort_budget("max") is effort_budget("ultra") is None
     limited = [effort_budget(e) for e in ("minimal", "low", "medium", "high")]
     assert limited == sorted(limited) and len(set(limited)) == 4
-    assert set(EFFORT_BUDGETS) == {"none", "minimal", "low", "medium", "high", "xhigh"}
+    assert set(EFFORT_BUDGETS) == {"none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"}
 
 
 @pytest.mark.parametrize("budget", [0, 3, 8])

@@ -125,7 +125,10 @@ def test_bad_thinking_fields_are_400_naming_them(server):
                             ({"think": "sometimes"}, "think"), ({"thinking_budget": -1}, "thinking_budget")):
             r = c.post("/v1/chat/completions", json={"messages": QUESTION, **body})
             assert r.status_code == 400, r.text
-            assert r.json()["error"]["param"] == field
+            err = r.json()["error"]
+            assert err["param"] == field and err["message"].startswith(f"{field}: "), err
+            if field == "reasoning_effort":
+                assert "must be one of none, minimal, low, medium, high, xhigh" in err["message"]
 
 
 def test_context_exceeded_in_openai_words_and_llama_cpp_fields(server, client):
