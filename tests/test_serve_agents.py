@@ -13,7 +13,8 @@ from pathlib import Path
 
 import openai
 import pytest
-from serve_helpers import chat_factory, fixed_reply_model, live_server, tiny_model
+from serve_helpers import chat_factory, fixed_reply_model, live_server
+from synth_models import tiny_model_path
 
 from clover_cli.server.launch import bind
 
@@ -153,15 +154,17 @@ def test_context_exceeded_in_openai_words_and_llama_cpp_fields(server, client):
 
 def test_serve_prints_the_settings_an_openai_client_needs(tmp_path):
     """`clover serve` prints one line with base_url, model, api_key and context_length; pasted into
-    the SDK as printed, it reaches the server (0.0.0.0 becomes an address a client can dial)."""
-    model = tiny_model(tmp_path)
+    the SDK as printed, it reaches the server (0.0.0.0 becomes an address a client can dial). A
+    model that allows 64K served with less gets a note that agent clients need -c 65536."""
+    model = tiny_model_path(context_length=131072)
+    log = tmp_path / "stderr.txt"
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_")}
     env.update(CLOVER_HOME=str(tmp_path / "home"), NO_COLOR="1", PYTHONIOENCODING="utf-8", COLUMNS="200")
     proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", str(model), "--host", "0.0.0.0",
                              "--port", str(port), "-c", "1024", "-np", "2", "--alias", "pasted"],
                             cwd=ROOT, env=env, text=True, encoding="utf-8", stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL)
+                            stderr=log.open("w", encoding="utf-8"))
     try:
         assert proc.stdout.readline().startswith(f"listening on http://0.0.0.0:{port}")
         line = proc.stdout.readline().strip()
@@ -182,3 +185,4 @@ def test_serve_prints_the_settings_an_openai_client_needs(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+    assert "agent clients such as Hermes Agent need 65536 tokens per request: -c 65536" in log.read_text("utf-8")
