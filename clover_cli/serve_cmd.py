@@ -155,6 +155,7 @@ class Prepared:
     model_id: str
     n_ctx: int  # total, over all parallel sequences
     per_seq: int
+    model_ctx: int = 0  # the model's own context length
 
 
 def _prepare(opts: ServeOptions) -> Prepared:
@@ -169,7 +170,7 @@ def _prepare(opts: ServeOptions) -> Prepared:
                           "give each sequence at least one token: -c >= -np")
     prep = prepare(opts.model, ctx=opts.ctx // opts.parallel, parallel=opts.parallel, offline=opts.offline)
     return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
-                    per_seq=prep.n_ctx)
+                    per_seq=prep.n_ctx, model_ctx=prep.config.context_length)
 
 
 def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
@@ -215,12 +216,24 @@ def _detach(opts: ServeOptions) -> None:
     console.info(f"stop it with: clover stop {record.port}")
 
 
+def client_line(host: str, port: int, model_id: str, n_ctx: int, keyed: bool) -> str:
+    """The settings to paste into an OpenAI-compatible client (Hermes Agent, the agent SDKs), with an
+    address a client on this machine can connect to even when the server listens on all of them."""
+    from .service import display_host
+
+    local = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    key = "<your --api-key>" if keyed else "none"
+    return (f"for OpenAI-compatible clients: base_url=http://{display_host(local)}:{port}/v1 model={model_id} "
+            f"api_key={key} context_length={n_ctx}")
+
+
 def _foreground(opts: ServeOptions) -> None:
     import logging
     import os
     import sys
     import time
 
+    from clover_runtime.memory_fit import AGENT_CTX
     from rich.markup import escape
 
     from . import __version__, console, service
@@ -264,6 +277,10 @@ def _foreground(opts: ServeOptions) -> None:
         service.write_record(record)
         where = "web UI at /, API at /v1" if opts.webui else "API at /v1"
         console.out().print(f"listening on {url} ({where})", markup=False, highlight=False)
+        console.out().print(client_line(opts.host, port, prep.model_id, per_seq, bool(opts.api_keys)),
+                            markup=False, highlight=False)
+        if per_seq < AGENT_CTX <= prep.model_ctx:
+            console.info(f"agent clients such as Hermes Agent need {AGENT_CTX} tokens per request: -c {AGENT_CTX}")
         console.info("loading the model…")
 
     def on_loaded() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, generate
 from .errors import ContextLengthError
+from .reasoning_budget import CLOSE_THINK, generate_with_budget
 from .tokenizer import Tokenizer
 
 
@@ -156,6 +157,15 @@ class ChatSession:
             raise ContextLengthError(len(ids), self.n_ctx)
 
     # -- generation -------------------------------------------------------------------------------
+    def _generate(self, prompt: str, ids: Sequence[int], p: DecodeParams, state: Any, cancel: Any,
+                  chat: bool) -> Iterator[Any]:
+        """The decoder's events; a chat reply that starts in reasoning gets `p.reasoning_budget`."""
+        end_id = self.tokenizer.token_id("</think>")
+        if p.reasoning_budget is None or not chat or end_id is None or not opens_reasoning(prompt):
+            return generate(self.model, ids, p, state=state, cancel=cancel)
+        return generate_with_budget(self.model, ids, p, state=state, cancel=cancel, budget=p.reasoning_budget,
+                                    end_id=end_id, close_ids=self.tokenizer.encode(CLOSE_THINK))
+
     def stream(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
                tool_choice: Any = "auto", params: DecodeParams | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
@@ -218,7 +228,7 @@ class ChatSession:
                 errors.append(d.message)
 
         halt = _Halt(cancel)
-        for ev in generate(self.model, ids, p, state=state, cancel=halt):  # type: ignore[arg-type]
+        for ev in self._generate(prompt, ids, p, state, halt, parser is not None):
             if isinstance(ev, PassEvent):
                 shown = "".join(MASK_GLYPH if t == p.mask_token_id else self.tokenizer.token_to_piece(t)
                                 for t in ev.tokens)

@@ -27,6 +27,7 @@ CACHE_TYPES = ("f32", "f16", "q8_0")
 ENGINE_CACHE_TYPE = "f32"
 TABLE_CONTEXTS = (4096, 16384, 32768, 65536, 131072)
 CTX_STEP = 256
+AGENT_CTX = 65536  # agent clients (Hermes Agent: ~12K-token first request) need this much per request
 
 FITS = "fits"
 PAGING = "fits with paging"
@@ -313,6 +314,13 @@ def table_contexts(context_length: int, chosen: int) -> list[int]:
     return sorted(ctxs)
 
 
+def _agent_note(n_ctx: int) -> str:
+    """What a shorter context costs agent clients, on the same advice line."""
+    if n_ctx >= AGENT_CTX:
+        return ""
+    return f" (too short for agent clients such as Hermes Agent, which need -c {AGENT_CTX})"
+
+
 def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1,
                cache_type: str = ENGINE_CACHE_TYPE, *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
                margin: int = DEFAULT_MARGIN) -> FitReport:
@@ -330,9 +338,10 @@ def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int 
     advice = list(verdict.advice)
     if verdict.verdict != FITS:
         if 0 < best < n_ctx:
-            advice.insert(0, f"a shorter context: -c {best} fits entirely in RAM")
+            advice.insert(0, f"a shorter context: -c {best} fits entirely in RAM{_agent_note(best)}")
         elif verdict.verdict == NO_FIT and 0 < best_paging < n_ctx:
-            advice.insert(0, f"a shorter context: -c {best_paging} fits with the weights paging from disk")
+            advice.insert(0, f"a shorter context: -c {best_paging} fits with the weights paging from disk"
+                             f"{_agent_note(best_paging)}")
     verdict = FitVerdict(verdict.verdict, verdict.message, advice, verdict.needed, verdict.available,
                          verdict.gpu_notes)
     return FitReport(est, verdict, rows, best, best_paging, system, cfg.context_length, margin)

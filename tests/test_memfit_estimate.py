@@ -111,8 +111,17 @@ def test_fit_report_table_and_advice(real):
     assert [r.chosen for r in rep.rows].count(True) == 1
     assert rep.largest_context == 8192
     assert rep.verdict.verdict == PAGING
-    assert rep.verdict.advice[0] == "a shorter context: -c 8192 fits entirely in RAM"
+    assert rep.verdict.advice[0] == ("a shorter context: -c 8192 fits entirely in RAM (too short for agent "
+                                     "clients such as Hermes Agent, which need -c 65536)")
     assert rep.to_json()["table"][2]["n_ctx"] == 20000
+
+
+def test_shorter_context_advice_mentions_agent_clients_only_below_64k(real):
+    cfg, weights = real
+    roomy = SystemMemory(256 * GiB, estimate(cfg, weights, 98304).total + GiB)
+    rep = fit_report(cfg, weights, 131072, system=roomy)
+    assert rep.verdict.advice[0] == "a shorter context: -c 98304 fits entirely in RAM"
+    assert len(rep.verdict.hint.splitlines()) == 1
 
 
 def test_table_contexts_capped():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from dataclasses import replace
 from typing import Any
 
 from .errors import bad_request, context_exceeded, template_error
@@ -88,6 +89,29 @@ def with_json_hint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": JSON_OBJECT_HINT}] + messages
 
 
+def thinking(req: ChatRequest) -> tuple[dict[str, Any], int | None]:
+    """Template kwargs and reasoning budget from every way clients ask for thinking. The most
+    specific switch wins: `chat_template_kwargs.enable_thinking`, then Ollama's `think: bool`, then
+    an effort of "none" (`reasoning_effort`, or `thinking_budget: 0`). A budget in tokens comes from
+    `thinking_budget`, else the effort level (`reasoning_effort` or a `think` level)."""
+    from clover_runtime.reasoning_budget import effort_budget
+
+    kwargs = dict(req.chat_template_kwargs or {})
+    effort = req.think if isinstance(req.think, str) else req.reasoning_effort
+    budget = req.thinking_budget if req.thinking_budget is not None else (
+        effort_budget(effort) if effort is not None else None)
+    if "enable_thinking" not in kwargs:
+        if isinstance(req.think, bool):
+            kwargs["enable_thinking"] = req.think
+        elif budget == 0:
+            kwargs["enable_thinking"] = False
+    if not kwargs.get("enable_thinking", True):
+        return kwargs, None
+    if budget == 0 and req.thinking_budget is None:
+        return kwargs, None  # effort "none" overruled by a switch that turned thinking on
+    return kwargs, budget
+
+
 def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
     if not tools:
         return None
@@ -110,9 +134,9 @@ class Backend:
         cfg = self.model.config
         tensors = self.model.file.tensors
         return {
+            "n_ctx": self.n_ctx,  # first: what a request can use (clients size their prompts by it)
             "n_vocab": cfg.n_vocab,
             "n_ctx_train": cfg.context_length,
-            "n_ctx": self.n_ctx,
             "n_embd": cfg.n_embd,
             "n_params": int(sum(math.prod(t.shape) for t in tensors.values())),
             "size": self.model.file.tensor_bytes,
@@ -149,9 +173,9 @@ class Backend:
         """Context of one sequence: the server's share, never more than the session really has."""
         return min(self.settings.n_ctx_slot, self.session.n_ctx)
 
-    def _check_context(self, n_prompt: int) -> None:
+    def _check_context(self, n_prompt: int, what: str = "messages") -> None:
         if n_prompt >= self.n_ctx:
-            raise context_exceeded(n_prompt, self.n_ctx)
+            raise context_exceeded(n_prompt, self.n_ctx, what)
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:
@@ -184,9 +208,9 @@ class Backend:
                               "response_format.type")
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
-        kwargs = dict(req.chat_template_kwargs or {})
+        kwargs, budget = thinking(req)
         self._check_context(self._count(self._render(messages, tools, kwargs)))
-        params = self._params(req)
+        params = replace(self._params(req), reasoning_budget=budget)
         session = self.session
         render_tools = None if choice == "none" else tools
 
@@ -197,7 +221,7 @@ class Backend:
         return job
 
     def completion_job(self, req: CompletionRequest) -> Job:
-        self._check_context(self._count(req.prompt))
+        self._check_context(self._count(req.prompt), "prompt")
         params = self._params(req)
         session = self.session
 

@@ -67,14 +67,17 @@ def template_error(exc: Exception) -> APIError:
     return APIError(400, message, param="messages")
 
 
-def context_exceeded(n_prompt: int, n_ctx: int) -> APIError:
-    """llama-server's wording and fields, so clients that parse them keep working."""
+def context_exceeded(n_prompt: int, n_ctx: int, what: str = "messages") -> APIError:
+    """OpenAI's wording and code (agent frameworks match them to compress their history) plus
+    llama-server's type and fields, so clients written for either recognise it."""
     return APIError(
         400,
-        f"request ({n_prompt} tokens) exceeds the available context size ({n_ctx} tokens), "
-        "try increasing it",
+        f"This model's maximum context length is {n_ctx} tokens. However, your {what} resulted in "
+        f"{n_prompt} tokens. Please reduce the length of the {what}. (request ({n_prompt} tokens) exceeds "
+        f"the available context size ({n_ctx} tokens), try increasing it)",
         type_="exceed_context_size_error",
-        extra={"n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
+        param=what,
+        extra={"code": "context_length_exceeded", "n_prompt_tokens": n_prompt, "n_ctx": n_ctx},
     )
 
 

@@ -141,6 +141,18 @@ class ChatRequest(Sampling):
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_format: str | None = None
+    reasoning_effort: str | None = None
+    think: bool | Literal["low", "medium", "high"] | None = None  # Ollama's switch (or effort level)
+    thinking_budget: int | None = Field(default=None, ge=0)  # Qwen's API: thinking tokens, 0 = off
+
+    @field_validator("reasoning_effort")
+    @classmethod
+    def _known_effort(cls, v: str | None) -> str | None:
+        from clover_runtime.reasoning_budget import EFFORT_BUDGETS
+
+        if v is not None and v not in EFFORT_BUDGETS:
+            raise ValueError(f"must be one of {', '.join(EFFORT_BUDGETS)}")
+        return v
 
 
 class CompletionRequest(Sampling):

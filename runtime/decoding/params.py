@@ -35,6 +35,7 @@ class DecodeParams:
     max_tokens: int = 512
     stop_ids: frozenset[int] = frozenset()
     stop: list[str] | str | None = None  # stop strings, applied to text by the chat session
+    reasoning_budget: int | None = None  # thinking tokens before the chat session writes `</think>`
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def stop_strings(self) -> list[str]:
