@@ -1,4 +1,4 @@
-"""Generation as a stream of events: block diffusion (clover-model.md §5) or exact AR decoding.
+"""Generation as a stream of events: block diffusion (docs/decoding.md §1) or exact AR decoding.
 
 Block diffusion: a causal prefill; then per block of `block_length` positions, all masked,
 preview passes (attention bidirectional inside the block over the cached prefix, nothing
