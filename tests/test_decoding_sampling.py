@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from clover_runtime.decoding import SamplingParams
-from clover_runtime.decoding.sampling import apply_penalties, pick
+from clover_runtime.decoding.sampling import apply_penalties, candidates, pick
 
 N_DRAWS = 10000
 
@@ -88,6 +88,22 @@ def test_top_p_and_min_p_act_before_temperature() -> None:
     assert counts[3] == 0 and np.all(counts[:3] > 0)
     counts = np.bincount(draw(logits, SamplingParams(temperature=5.0, min_p=0.2, seed=1), 4000)[0], minlength=4)
     assert counts[2] == counts[3] == 0 and np.all(counts[:2] > 0)
+
+
+@pytest.mark.parametrize("spread", [0.5, 6.0])  # flat: top-p needs most of the vocabulary; peaked: a few ids
+@pytest.mark.parametrize("kw", [dict(top_p=0.9), dict(top_p=0.3, min_p=0.05), dict(top_k=50, top_p=0.95)])
+def test_a_large_vocabulary_gives_the_exact_candidate_distribution(spread: float, kw: dict) -> None:
+    """Over 5000 ids (more than the sampler's first, partial sort covers), with tied logits."""
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal(5000) * spread
+    logits[rng.integers(0, 5000, 40)] = np.sort(logits)[-3]  # ties around the top
+    logits = logits.astype(np.float32)
+    want = np.array(reference(logits.astype(float).tolist(), temperature=0.7, **kw))
+    ids, probs = candidates(logits, SamplingParams(temperature=0.7, **kw))
+    got = np.zeros(len(logits))
+    got[ids] = probs
+    assert set(ids.tolist()) == set(np.flatnonzero(want).tolist())
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
 
 
 def test_top_p_keeps_the_token_that_crosses_it_and_always_one() -> None:

@@ -41,20 +41,35 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 
 def candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """(token ids, probabilities) that one row's draw chooses from: top-k, top-p, min-p, then
-    softmax at the temperature (> 0). Ids come most likely first; ties keep the lower id first."""
+    softmax at the temperature (> 0)."""
     x = np.asarray(logits, dtype=np.float64).reshape(-1)
     cand = np.flatnonzero(np.isfinite(x))
     if cand.size == 0:
         raise ValueError("no finite logit to sample from")
     if 0 < p.top_k < cand.size:
         cand = np.sort(cand[np.argpartition(-x[cand], p.top_k - 1)[:p.top_k]])
-    cand = cand[np.argsort(-x[cand], kind="stable")]
     if p.top_p < 1.0:
-        cum = np.cumsum(_softmax(x[cand]))
-        cand = cand[:min(int(np.searchsorted(cum, p.top_p)) + 1, cand.size)]  # the token crossing top_p stays
+        cand = _top_p(x, cand, p.top_p)
     if p.min_p > 0.0:
-        cand = cand[x[cand] >= x[cand[0]] + np.log(p.min_p)]  # probability >= min_p × the best one's
+        cand = cand[x[cand] >= x[cand].max() + np.log(p.min_p)]  # probability >= min_p × the best one's
     return cand, _softmax(x[cand] / p.temperature)
+
+
+def _top_p(x: np.ndarray, cand: np.ndarray, top_p: float, head: int = 1024) -> np.ndarray:
+    """The smallest most-likely prefix of `cand` (ids in increasing order) whose probability,
+    renormalised over `cand`, reaches top_p; the token that crosses top_p stays. Ties keep the
+    lower id first. A full-vocabulary sort per row is the costly step, so the most likely `head`
+    candidates are tried first; the whole set is sorted only when they do not reach top_p."""
+    z = x[cand]
+    w = np.exp(z - z.max())
+    total = w.sum()
+    for width in (min(head, cand.size), cand.size):
+        idx = np.arange(cand.size) if width == cand.size else np.sort(np.argpartition(-z, width - 1)[:width])
+        idx = idx[np.argsort(-z[idx], kind="stable")]
+        cum = np.cumsum(w[idx]) / total
+        if width == cand.size or cum[-1] >= top_p:
+            return cand[idx[:min(int(np.searchsorted(cum, top_p)) + 1, width)]]
+    raise AssertionError("unreachable: the last width is the whole set")
 
 
 def pick(logits: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
