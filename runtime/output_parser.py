@@ -7,11 +7,11 @@ on where the text was split, and a 32-token block that completes several paramet
 once emits all of them in order. Re-reading starts at the last settled point (a finished call,
 the end of the reasoning), which keeps long replies linear.
 
-Format and rules: shared/docs/tool-calls.md. In short: reasoning runs to `</think>` (or to a
+Format and rules: docs/tool-calls.md. In short: reasoning runs to `</think>` (or to a
 `<tool_call>` when the reply ends without closing it); content runs to the first `<tool_call>`;
 each call is `<function=NAME>` with `<parameter=KEY>` blocks whose values lose one leading and
 one trailing newline and are typed by the tool's JSON schema. Tags inside values only count in
-context (§2.2), so values may quote the format itself.
+context (docs/tool-calls.md §2.2), so values may quote the format itself.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
-# -- typing values by schema (tool-calls.md table 2.1) -------------------------------------------
+# -- typing values by schema (docs/tool-calls.md §2.1) -------------------------------------------
 _STRING_TYPES = ("string", "str", "text", "varchar", "char", "enum")
 
 

@@ -55,7 +55,7 @@ class VocabArrays:
 
 
 # Qwen's added tokens with HF `special: false`: they stay in decoded text (llama.cpp USER_DEFINED);
-# every other added token is special (CONTROL). See shared/fixtures/README.md.
+# every other added token is special (CONTROL). See docs/architecture.md §5.
 VISIBLE_ADDED = frozenset((
     "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
     "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",

@@ -1,4 +1,5 @@
-"""A slow, independent reference of the Clover trunk, written from clover-model.md §4-5.
+"""A slow, independent reference of the Clover trunk, written from docs/architecture.md §4 and
+docs/decoding.md §1.
 
 Plain numpy in float64 with per-token and per-head loops; the file is read with gguf-py's
 `GGUFReader` and every tensor dequantized with `gguf.quants.dequantize`, so nothing here shares
@@ -68,7 +69,7 @@ class Reference:
 
     def preview(self, prefix: list[int], block: list[int], *, gdn: str = "causal",
                 coreset: int | None = None) -> np.ndarray:
-        """Preview logits of the block rows after a committed prefix (clover-model.md §5.1)."""
+        """Preview logits of the block rows after a committed prefix (docs/decoding.md §1, step 1)."""
         return self._run(list(prefix), list(block), gdn=gdn, coreset=coreset)[len(prefix):]
 
     # -- the pass -------------------------------------------------------------------------------

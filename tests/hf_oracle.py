@@ -1,6 +1,6 @@
 """Tiny Qwen3.5-MoE models in transformers' naming, and a converter from them to GGUF.
 
-Written from clover-model.md §2-3 (not from the engine): HF tensor names -> GGUF names, the
+Written from docs/architecture.md §2-3 (not from the engine): HF tensor names -> GGUF names, the
 `1 + w` offset on every RMSNorm weight except the GDN output norm, `ssm_a = -exp(A_log)`, and
 GDN value heads moved from transformers' grouped order (value head j reads key head
 j // (v_heads / k_heads)) to GGUF's tiled order (value head h reads key head h % k_heads).

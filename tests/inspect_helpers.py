@@ -1,6 +1,6 @@
 """GGUF files for the inspect / GGUF-layer / memory-fit tests, written with gguf-py's GGUFWriter.
 
-The tensor list is written out by hand from docs/clover-model.md §1-2 (not from runtime's specs),
+The tensor list is written out by hand from docs/architecture.md §1-2 (not from runtime's specs),
 so the file layer is checked against an independent description of the architecture.
 """
 

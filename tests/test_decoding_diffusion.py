@@ -5,9 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from clover_runtime import load_model
-from clover_runtime.decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, SamplingParams, generate
+from clover_runtime.decoding import (
+    BlockEvent,
+    DecodeParams,
+    DoneEvent,
+    PassEvent,
+    SamplingParams,
+    generate,
+    generate_ar,
+)
 from clover_runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
-from clover_runtime.engine import generate_ar
 from decoding_models import successor_model_path
 from synth_models import tiny_model_path
 

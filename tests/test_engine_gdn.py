@@ -1,6 +1,6 @@
 """The chunked (WY / UT-transform) gated delta rule against the per-token recurrence.
 
-Both are checked against a plain per-head loop written here from clover-model.md §4 step 5, in
+Both are checked against a plain per-head loop written here from docs/architecture.md §4 step 5, in
 float64, so the two engine forms are not only compared with each other.
 """
 

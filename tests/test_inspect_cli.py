@@ -18,7 +18,7 @@ from inspect_helpers import TEMPLATE, real_shape_path, run_clover, write_model
 
 
 def real_shape_counts() -> tuple[int, int]:
-    """Total and active parameters of the real shape, by hand from docs/clover-model.md §1-2."""
+    """Total and active parameters of the real shape, by hand from docs/architecture.md §1-2."""
     h, vocab, e, f, s = 2048, 248_320, 256, 512, 512
     globals_ = vocab * h + h + vocab * h  # token_embd, output_norm, output
     every_layer = (2 * h + e * h  # two norms, router

@@ -1,4 +1,4 @@
-"""The compiled chunked Gated DeltaNet against the per-token recurrence written from clover-model.md §4."""
+"""The compiled chunked Gated DeltaNet against the per-token recurrence written from docs/architecture.md §4."""
 
 from __future__ import annotations
 

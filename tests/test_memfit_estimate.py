@@ -1,4 +1,4 @@
-"""Memory-fit arithmetic against hand-computed bytes from docs/clover-model.md §7, and the verdict /
+"""Memory-fit arithmetic against hand-computed bytes from docs/architecture.md §6, and the verdict /
 largest-context logic against machines described exactly (SystemMemory values chosen by the test)."""
 
 from __future__ import annotations

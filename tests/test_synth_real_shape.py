@@ -11,7 +11,7 @@ from clover_runtime.model_config import describe, has_clover_tensors
 from gguf import GGUFReader
 from synth_models import real_shape_sparse_path
 
-# clover-model.md §1-2, by hand.
+# docs/architecture.md §1-2, by hand.
 H, V, E, F, SF = 2048, 248_320, 256, 512, 512
 ATTN_LAYERS, GDN_LAYERS = 10, 30
 COMMON = dict(norms=2 * H, router=E * H, gate_up=2 * E * F * H, down=E * H * F, shexp_gate=H,

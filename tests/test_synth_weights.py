@@ -1,6 +1,6 @@
 """Synthetic weights have the structure of a converted Clover GGUF and keep activations sane.
 
-The forward pass here is a slow per-token reference written from clover-model.md §4 (not the
+The forward pass here is a slow per-token reference written from docs/architecture.md §4 (not the
 engine), used only to watch activation magnitudes through a deep tiny model.
 """
 

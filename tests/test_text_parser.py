@@ -1,4 +1,4 @@
-"""Reasoning and tool-call parsing: the examples of tool-calls.md, fed whole and split at every
+"""Reasoning and tool-call parsing: the examples of docs/tool-calls.md, fed whole and split at every
 boundary, and random text with tag-like pieces."""
 
 from __future__ import annotations

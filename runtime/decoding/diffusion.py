@@ -1,4 +1,4 @@
-"""Generation as a stream of events: block diffusion (clover-model.md §5) or exact AR decoding.
+"""Generation as a stream of events: block diffusion (docs/decoding.md §1) or exact AR decoding.
 
 Block diffusion: a causal prefill; then per block of `block_length` positions, all masked,
 preview passes (attention bidirectional inside the block over the cached prefix, nothing
@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from ..errors import CloverError, ContextLengthError
 from ..model_config import supports_exact_diffusion
 from . import policy
 from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent
-from .params import DecodeParams
+from .params import DecodeParams, SamplingParams
 from .sampling import apply_penalties, pick
 
 
@@ -63,6 +63,20 @@ def generate(model: Any, prompt_ids: Sequence[int], params: DecodeParams, *, sta
     if stats.experts_history:
         stats.experts_per_pass = float(np.mean(stats.experts_history))
     yield DoneEvent(stats)
+
+
+def generate_ar(model: Any, prompt_ids: Sequence[int], *, max_tokens: int, stop_ids: Iterable[int] = (),
+                sampling: SamplingParams | None = None, state: Any = None) -> Iterator[int]:
+    """Exact autoregressive generation as plain token ids: `generate` with decode="ar".
+
+    A stop id ends generation and is not yielded; so does a full context. Greedy unless
+    `sampling` says otherwise (reproducible for a given seed).
+    """
+    params = DecodeParams(decode="ar", max_tokens=max_tokens, stop_ids=frozenset(int(t) for t in stop_ids),
+                          sampling=sampling or SamplingParams())
+    for event in generate(model, prompt_ids, params, state=state):
+        if isinstance(event, BlockEvent):
+            yield from event.token_ids
 
 
 def _stop_ids(model: Any, params: DecodeParams) -> frozenset[int]:

@@ -1,4 +1,4 @@
-"""Chunked Gated DeltaNet for prefill: the per-token recurrence of clover-model.md §4, in blocks.
+"""Chunked Gated DeltaNet for prefill: the per-token recurrence of docs/architecture.md §4, in blocks.
 
 Per value head h (key head κ = h % Hk), per token t:
     S ← exp(g_t)·S;  e = v_t − Sᵀk_t;  S ← S + k_t ⊗ (β_t·e);  o_t = Sᵀq_t.

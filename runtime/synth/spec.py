@@ -106,7 +106,7 @@ class SynthSpec:
 
     @classmethod
     def real_shape(cls, n_layer: int = 40, **overrides: Any) -> SynthSpec:
-        """The Clover-35B-A3B shape (clover-model.md §1); the vocabulary is padded to 248,320 rows."""
+        """The Clover-35B-A3B shape (docs/architecture.md §1); the vocabulary is padded to 248,320 rows."""
         base: dict[str, Any] = dict(
             name="clover-synth-real-shape", hidden=2048, n_layer=n_layer, full_attention_interval=4,
             n_head=16, n_head_kv=2, head_dim=256, rope_dim=64, rope_base=1e7, ssm_k_heads=16,
