@@ -65,10 +65,14 @@ def command(
 
     from .model_setup import prepare
 
-    if model_opt and model and prompt is None:
+    if model_opt and model and prompt is not None:
+        raise CloverError("the model is given twice (argument and -m)", "give it once")
+    if model_opt and model:
         prompt = model
         model = model_opt
     model = model_opt or model
+    if prompt is not None and prompt_opt is not None:
+        raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
     prep = prepare(model, ctx=ctx_size, offline=offline)
     sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,

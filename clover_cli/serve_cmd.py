@@ -45,7 +45,8 @@ class ServeOptions:
 def command(
     model_arg: Annotated[str | None, typer.Argument(
         metavar="MODEL", autocompletion=complete_model, show_default=False,
-        help="Model: a .gguf path, owner/repo[:QUANT] or an hf:// URL (as in pull); "
+        help="Model: a .gguf path, owner/repo[:QUANT], hf.co/owner/repo[:QUANT] or a Hub file URL "
+             "(as in pull); "
              "default: the Clover preview model.")] = None,
     model_opt: Annotated[str | None, typer.Option(
         "-m", "--model", envvar=_env("MODEL"), show_default=False,
