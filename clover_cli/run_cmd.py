@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from . import console
+from .options import ctx_option
 
 _E = "CLOVER_"
 
@@ -21,8 +22,7 @@ def command(
     file: Path | None = typer.Option(None, "-f", "--file", help="Read the prompt from a file."),
     system: str | None = typer.Option(None, "-sys", "--system-prompt", help="System prompt.",
                                          envvar=_E + "SYSTEM_PROMPT"),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context length (0: as much as fits).",
-                                 envvar=_E + "CTX_SIZE"),
+    ctx_size: int | None = ctx_option(),
     n_predict: int = typer.Option(-1, "-n", "--n-predict", help="Max tokens per reply (-1: until done or context).",
                                   envvar=_E + "N_PREDICT"),
     threads: int | None = typer.Option(None, "-t", "--threads", help="CPU threads (default: physical cores).",

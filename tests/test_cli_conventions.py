@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +119,158 @@ def test_the_guide_lists_every_command(tmp_path: Path) -> None:
     assert res.returncode == 0
     for name in get_command(app).commands:  # type: ignore[attr-defined]
         assert re.search(rf"^  clover {re.escape(name)}\b", res.stdout, re.M), f"the guide lacks clover {name}"
+
+
+# -- item 11: the smaller fixes ------------------------------------------------------------------------
+
+def test_doctor_with_c_0_checks_the_largest_context_that_fits(tmp_path: Path) -> None:
+    res = _clover("doctor", "-c", "0", "--json", home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    fit = json.loads(res.stdout)["fit"]
+    assert fit["n_ctx"] == max(fit["largest_context"], 4096)  # as `clover run -c 0` would choose
+    text = _clover("doctor", "-c", "0", home=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert f"at -c {fit['n_ctx']}" in text.stdout and "internal error" not in text.stderr
+
+
+def test_the_verdict_names_its_margin(model: str) -> None:
+    from clover_runtime.gguf_file import open_gguf
+    from clover_runtime.memory_fit import GiB, SystemMemory, assess, estimate
+    from clover_runtime.model_config import describe_tensors
+
+    with open_gguf(model) as f:
+        cfg = describe_tensors(f.metadata, f.tensors)
+    est = estimate(cfg, 10 * GiB, 4096)
+    just_short = assess(est, SystemMemory(64 * GiB, est.total + GiB // 2))  # more than it needs, less the margin
+    assert just_short.verdict == "fits with paging"
+    assert "+ 1.0 GiB margin but" in just_short.message
+    roomy = assess(est, SystemMemory(64 * GiB, est.total + 2 * GiB), margin=512 << 20)
+    assert roomy.verdict == "fits" and "+ 512.0 MiB margin of" in roomy.message
+
+
+def test_sizes_keep_a_digit_before_the_point(model: str, tmp_path: Path) -> None:
+    from clover_runtime.memory_fit import size_text
+
+    assert [size_text(n) for n in (512, 1536, 3 << 20, 22.3 * (1 << 30))] == [
+        "512 bytes", "1.5 KiB", "3.0 MiB", "22.3 GiB"]
+    res = _clover("inspect", model, home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    verdict = next(line for line in res.stdout.splitlines() if "fits: needs" in line)
+    assert "0.0 GiB" not in verdict and re.search(r"needs \d+\.\d (KiB|MiB) \+ 1\.0 GiB margin", verdict), verdict
+
+
+def test_pull_from_a_hub_that_never_answers_says_so_and_gives_up(tmp_path: Path) -> None:
+    """A loopback server that accepts connections and never answers: `clover pull` says it is
+    connecting at once, gives up after HF_HUB_ETAG_TIMEOUT (not 2 × 15 s), and says how to wait longer."""
+    from hub_helpers import run_clover
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        started = time.monotonic()
+        res = run_clover(endpoint, tmp_path / "cache", "pull", "acme/Slow-GGUF:Q8_0",
+                         extra={"HF_HUB_ETAG_TIMEOUT": "2"}, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert accepted, "the client never connected"
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and lines[0] == f"connecting to {endpoint}…"
+    assert lines[1] == (f"error: cannot reach the Hub at {endpoint} (no answer within 2 s); "
+                        "no cached copy of acme/Slow-GGUF:Q8_0 exists")
+    assert "HF_HUB_ETAG_TIMEOUT=60" in lines[2]
+    assert took < 15, f"took {took:.1f} s"  # one 2 s wait plus start-up, not two 15 s ones
+
+
+# -- item 8: one meaning of -c --------------------------------------------------------------------------
+
+def test_every_command_takes_the_same_c() -> None:
+    from clover_runtime import memory_fit
+    from typer.main import get_command
+
+    from clover_cli.app import app
+    from clover_cli.options import DEFAULT_CTX
+
+    assert DEFAULT_CTX == memory_fit.DEFAULT_CTX
+    commands = get_command(app).commands  # type: ignore[attr-defined]
+    seen = set()
+    for name in ("run", "serve", "inspect", "doctor", "pull"):
+        option = next(p for p in commands[name].params if "-c" in getattr(p, "opts", ()))
+        seen.add((option.default, option.envvar, option.help.split(")")[0]))
+    assert len(seen) == 1, seen
+
+
+@pytest.fixture(scope="module")
+def long_model() -> str:
+    return str(tiny_model_path("Q8_0", context_length=65536))
+
+
+def test_the_default_c_is_the_same_in_inspect_doctor_and_run(long_model: str, tmp_path: Path) -> None:
+    inspect = _clover("inspect", long_model, "--json", home=tmp_path)
+    assert json.loads(inspect.stdout)["memory"]["n_ctx"] == 16384
+    doctor = _clover("doctor", "--json", home=tmp_path)
+    assert json.loads(doctor.stdout)["fit"]["n_ctx"] == 16384
+    run = _clover("run", long_model, "hi", "-v", "-n", "1", "--decode", "ar", "--no-think", home=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "context 16384 ·" in run.stderr
+
+
+def _start_serve(args: list[str], home: Path) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", *args, "--port", "0"],
+                            env=_env(home), text=True, encoding="utf-8", stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise AssertionError(proc.communicate(timeout=30)[1])
+    return proc, line.split()[2]
+
+
+def test_serve_c_is_per_sequence_and_the_banner_says_the_total(long_model: str, tmp_path: Path) -> None:
+    import httpx
+
+    proc, url = _start_serve([long_model, "-c", "8192", "-np", "2"], tmp_path)
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            props = client.get("/props").json()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert props["n_ctx_slot"] == 8192 and props["n_ctx"] == 16384 and props["total_slots"] == 2
+    assert "context: 8192 tokens per sequence × 2 parallel sequences = 16384 tokens in all (-c × -np)" in err
+
+
+def test_inspect_fit_checks_what_serve_runs(tmp_path: Path) -> None:
+    """The real shape at -c 131072 -np 64: inspect --fit and serve refuse with the same need,
+    which is 64 sequences of 131,072 tokens each (not 131,072 shared by 64)."""
+    from synth_models import real_shape_sparse_path
+
+    big = str(real_shape_sparse_path(n_layer=4))
+    inspect = _clover("inspect", big, "-c", "131072", "-np", "64", "--fit", "--json", home=tmp_path)
+    serve = _clover("serve", big, "-c", "131072", "-np", "64", home=tmp_path)
+    assert inspect.returncode == 1 and serve.returncode == 1, serve.stderr
+    memory = json.loads(inspect.stdout)["memory"]
+    assert memory["n_ctx"] == 131072 and memory["n_parallel"] == 64
+    assert memory["estimate"]["kv_cache"] == 64 * 131072 * memory["estimate"]["kv_per_token"]
+    need = re.compile(r"alone need (\S+ \S+) \+")
+    refused = need.search(serve.stderr)
+    assert refused and refused.group(1) == need.search(memory["verdict"]["message"]).group(1)
