@@ -47,6 +47,9 @@ def command(
     chat_template_file: Path | None = typer.Option(None, "--chat-template-file", envvar=_E + "CHAT_TEMPLATE_FILE"),
     think: bool = typer.Option(True, "--think/--no-think", help="Let the model reason first (shown dimmed).",
                                envvar=_E + "THINK"),
+    reasoning_budget: int = typer.Option(-1, "--reasoning-budget",
+                                         help="As llama.cpp: -1 lets the model reason, 0 turns reasoning off.",
+                                         envvar=_E + "REASONING_BUDGET"),
     visual: bool = typer.Option(False, "--visual", help="Show each block resolving live."),
     as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
     show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
@@ -71,6 +74,10 @@ def command(
         prompt = model
         model = model_opt
     model = model_opt or model
+    if reasoning_budget not in (-1, 0):
+        raise CloverError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
+                          "a token budget for the reasoning is not supported yet: use -1 or 0")
+    think = think and reasoning_budget != 0
     if prompt is not None and prompt_opt is not None:
         raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
