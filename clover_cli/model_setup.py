@@ -18,6 +18,7 @@ class PreparedModel:
     n_ctx: int  # per sequence
     config: Any
     verdict: Any
+    sampling: Any  # what the file recommends, llama.cpp's defaults elsewhere (decoding.recommended_sampling)
 
 
 def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
@@ -39,6 +40,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     """Resolve the model, pick the per-sequence context (`memory_fit.context_for`: None the default,
     0 as much as fits) and refuse with the fit table when it does not fit this machine."""
     from clover_runtime import memory_fit
+    from clover_runtime.decoding import recommended_sampling
     from clover_runtime.errors import CloverError
     from clover_runtime.gguf_file import open_gguf
     from clover_runtime.model_config import describe_tensors
@@ -49,6 +51,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     with open_gguf(path) as model_file:
         cfg = describe_tensors(model_file.metadata, model_file.tensors)
         weight_bytes = int(model_file.tensor_bytes)
+        sampling = recommended_sampling(model_file.metadata)
     system = memory_fit.probe_system()
     n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
     if ctx == 0:
@@ -67,4 +70,4 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     from clover_runtime.hub import DEFAULT_MODEL
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
-    return PreparedModel(path, model_id, n_ctx, cfg, verdict)
+    return PreparedModel(path, model_id, n_ctx, cfg, verdict, sampling)

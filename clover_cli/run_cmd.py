@@ -11,6 +11,7 @@ from . import console
 from .options import ctx_option
 
 _E = "CLOVER_"
+_FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
 
 
 def command(
@@ -27,13 +28,17 @@ def command(
                                   envvar=_E + "N_PREDICT"),
     threads: int | None = typer.Option(None, "-t", "--threads", help="CPU threads (default: physical cores).",
                                           envvar=_E + "THREADS"),
-    temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy, our default for diffusion).",
-                               envvar=_E + "TEMP"),
-    top_k: int = typer.Option(0, "--top-k", envvar=_E + "TOP_K"),
-    top_p: float = typer.Option(1.0, "--top-p", envvar=_E + "TOP_P"),
-    min_p: float = typer.Option(0.0, "--min-p", envvar=_E + "MIN_P"),
+    temp: float | None = typer.Option(None, "--temp", min=0.0, help=f"Temperature (0: greedy). {_FROM_FILE} 0.8.",
+                                      envvar=_E + "TEMP", show_default=False),
+    top_k: int | None = typer.Option(None, "--top-k", min=0, help=f"{_FROM_FILE} 40.", envvar=_E + "TOP_K",
+                                     show_default=False),
+    top_p: float | None = typer.Option(None, "--top-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.95.",
+                                       envvar=_E + "TOP_P", show_default=False),
+    min_p: float | None = typer.Option(None, "--min-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.05.",
+                                       envvar=_E + "MIN_P", show_default=False),
     seed: int | None = typer.Option(None, "-s", "--seed", envvar=_E + "SEED"),
-    repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", envvar=_E + "REPEAT_PENALTY"),
+    repeat_penalty: float | None = typer.Option(None, "--repeat-penalty", help=f"{_FROM_FILE} 1.0.",
+                                                envvar=_E + "REPEAT_PENALTY", show_default=False),
     presence_penalty: float = typer.Option(0.0, "--presence-penalty", envvar=_E + "PRESENCE_PENALTY"),
     frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", envvar=_E + "FREQUENCY_PENALTY"),
     decode: str = typer.Option("auto", "--decode", help="auto | diffusion | ar", envvar=_E + "DECODE"),
@@ -62,8 +67,10 @@ def command(
 
         clover run tiny.gguf "Why is the sky blue?"
     """
+    from dataclasses import replace
+
     from clover_runtime.chat import load_chat
-    from clover_runtime.decoding import DecodeParams, SamplingParams
+    from clover_runtime.decoding import DecodeParams
     from clover_runtime.errors import CloverError
 
     from .model_setup import prepare
@@ -82,9 +89,10 @@ def command(
         raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
     prep = prepare(model, ctx=ctx_size, offline=offline)
-    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                              repetition_penalty=repeat_penalty)
+    given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                               ("repetition_penalty", repeat_penalty)) if v is not None}
+    sampling = replace(prep.sampling, seed=seed, presence_penalty=presence_penalty,
+                       frequency_penalty=frequency_penalty, **given)
     max_tokens = n_predict if n_predict > 0 else prep.n_ctx
     params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
                           expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling)

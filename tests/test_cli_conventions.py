@@ -274,3 +274,61 @@ def test_inspect_fit_checks_what_serve_runs(tmp_path: Path) -> None:
     need = re.compile(r"alone need (\S+ \S+) \+")
     refused = need.search(serve.stderr)
     assert refused and refused.group(1) == need.search(memory["verdict"]["message"]).group(1)
+
+
+# -- item 11: one default sampling for the CLI and the web page ------------------------------------------
+
+def test_recommended_sampling_reads_the_file_and_falls_back_to_llama_cpp() -> None:
+    from clover_runtime.decoding import recommended_sampling
+
+    plain = recommended_sampling({})
+    assert (plain.temperature, plain.top_k, plain.top_p, plain.min_p, plain.repetition_penalty) == (
+        0.8, 40, 0.95, 0.05, 1.0)  # llama.cpp's defaults (common/common.h)
+    given = recommended_sampling({"general.sampling.temp": 0.6, "general.sampling.top_k": 20,
+                                  "general.sampling.penalty_repeat": 1.05, "general.sampling.top_p": "x"})
+    assert (given.temperature, given.top_k, given.top_p, given.min_p, given.repetition_penalty) == (
+        0.6, 20, 0.95, 0.05, 1.05)
+
+
+def _repl_params(model: str, home: Path) -> dict[str, str]:
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", model], env=_env(home), encoding="utf-8",
+                          timeout=120, dimensions=(40, 120))
+    try:
+        child.expect(">>> ")
+        child.sendline("/show params")
+        child.expect(">>> ")
+        shown = dict(re.findall(r"^  (\w+)\s+(.+?)\s*$", child.before, re.M))
+        child.sendline("/bye")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    return shown
+
+
+@pytest.mark.parametrize("sampling,expect", [
+    (None, {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}),
+    ((("temp", 0.5), ("top_k", 20)), {"temperature": 0.5, "top_k": 20, "top_p": 0.95, "min_p": 0.05}),
+])
+def test_run_and_the_server_start_from_the_same_sampling(sampling, expect, tmp_path: Path) -> None:
+    """`clover run` (its /show params) and the server (/props, what a request without sampling
+    fields gets, which the web page now sends by default) agree: the file's values, else llama.cpp's."""
+    import httpx
+
+    model = str(tiny_model_path("Q8_0", sampling=sampling))
+    shown = _repl_params(model, tmp_path)
+    assert {k: float(shown[k]) for k in expect} == expect
+    proc, url = _start_serve([model], tmp_path)
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for _ in range(100):
+                props = client.get("/props").json()
+                if props["loaded"]:
+                    break
+                time.sleep(0.3)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    params = props["default_generation_settings"]["params"]
+    assert {k: params[k] for k in expect} == expect

@@ -174,7 +174,9 @@ def test_conversations_survive_a_reload(server, browser):
     page.goto(server.url("/"))
     page.wait_for_selector("#status-dot.ok", timeout=20_000)
     _settings(page, thinking=True)
+    assert page.inner_text("#temp-value") == "model's (0.00)"  # the test model recommends greedy
     _ask(page, "First question")
+    assert "temperature" not in bodies[-1]  # the server's default: the model file's, as in clover run
     page.reload()
     page.wait_for_selector("#status-dot.ok", timeout=20_000)
     assert page.locator(".msg.user .bubble").all_inner_texts() == ["First question"]
