@@ -70,6 +70,8 @@ def test_a_flag_the_command_has_is_not_refused(model: str, tmp_path: Path) -> No
     (["run", "-n", "gl"], "error: invalid value for '-n'"),
     (["run", "--bogus"], "error: no such option: --bogus"),
     (["serve", "-c", "-5"], "error: invalid value for '-c'"),
+    (["run", "--threshold", "1.5"], "error: invalid value for '--threshold'"),
+    (["run", "--block-length", "0"], "error: invalid value for '--block-length'"),
     (["inspect"], "error: missing argument 'MODEL'"),
     (["frobnicate"], "error: no such command 'frobnicate'"),
 ])
