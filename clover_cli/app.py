@@ -43,8 +43,13 @@ GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
   clover pull owner/repo:Q4_K_M     download a model into the Hugging Face cache
   clover run [MODEL]                chat in the terminal (or one-shot with a prompt)
   clover serve -c 16384             OpenAI-compatible API at /v1 and a chat page at /
+  clover ps                         the servers running in the background (serve --detach)
+  clover stop [PORT]                stop a background server
   clover bench [MODEL]              prefill / decode / diffusion speed, llama-bench style
   clover inspect MODEL              what a GGUF holds and whether it fits this machine
+  clover list                       the models in the cache
+  clover rm MODEL                   remove a model from the cache
+  clover doctor                     is this machine ready, and does the default model fit
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
 
 Run `clover COMMAND --help` for the options of each command.
@@ -117,13 +122,13 @@ def main() -> None:
                 pass
     debug = os.environ.get("CLOVER_DEBUG") == "1"
     try:
-        app(prog_name="clover")
+        code = _run(sys.argv[1:])
     except CloverError as exc:
         if debug:
             raise
         console.print_error(exc.message, exc.hint)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if debug:
@@ -131,3 +136,29 @@ def main() -> None:
         console.print_error(f"internal error: {type(exc).__name__}: {exc}",
                             "run again with CLOVER_DEBUG=1 to see the traceback")
         sys.exit(1)
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
+    """Run the app with click's standalone mode off, so usage errors come back here and print as
+    one line (with a hint naming --help) like every other error; exit code 2 as click gives them."""
+    from typer.main import get_command
+
+    from .llama_flags import MissingFlag, rewrite
+
+    group = get_command(app)
+    try:
+        args = rewrite(args, group)
+        result = group.main(args=args, prog_name="clover", standalone_mode=False)
+    except MissingFlag as exc:
+        console.print_error(exc.message, f"clover {exc.command} --help lists its options")
+        return 2
+    except typer.TyperException as exc:  # click's usage errors (typer vendors click under this base)
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "clover"
+        message = exc.format_message()
+        console.print_error(message[:1].lower() + message[1:], f"{where} --help lists the options")
+        return int(getattr(exc, "exit_code", 2))
+    except typer.Exit as exc:
+        return exc.exit_code
+    return result if isinstance(result, int) else 0

@@ -99,7 +99,11 @@ def run_in_thread(make_events: Callable[[threading.Event], Iterator[Any]],
 
 
 class ReplyPrinter:
-    """Prints events to a console as they come; dims reasoning; `visual` shows the live block."""
+    """Prints events to a console as they come; dims reasoning; `visual` shows the live block.
+
+    The live block is drawn on lines of its own below the text, each cut to the terminal's width, so
+    erasing it when the block is committed erases exactly those lines and never the reply above; the
+    cursor then goes back to the end of the text, which carries on where it stopped."""
 
     def __init__(self, con: Console, *, show_reasoning: bool = True, visual: bool = False) -> None:
         self.con = con
@@ -107,15 +111,31 @@ class ReplyPrinter:
         self.visual = visual and con.is_terminal
         self._in_reasoning = False
         self._live: Live | None = None
+        self._line = ""  # what is printed on the current screen line so far
+        self._lifted = False  # the live block started on a new line below unfinished text
+
+    def _print(self, text: Text | str, **kw: Any) -> None:
+        self.con.print(text, end="", **kw)
+        plain = text.plain if isinstance(text, Text) else text
+        self._line = plain.rsplit("\n", 1)[-1] if "\n" in plain else self._line + plain
+
+    def _live_text(self, ev: Any) -> Text:
+        preview = ev.tokens_preview.replace("\r", "").replace("\n", "⏎")
+        text = Text.assemble(("block ", "dim"), (f"{ev.block + 1}", "bold"),
+                             (f"  pass {ev.pass_index}  masked {ev.masked}\n", "dim"), (preview, "cyan"))
+        text.no_wrap, text.overflow = True, "ellipsis"
+        return text
 
     def feed(self, ev: Any) -> None:
         kind = type(ev).__name__
         if kind == "Progress" and self.visual:
-            text = Text.assemble(("block ", "dim"), (f"{ev.block + 1}", "bold"),
-                                 (f"  pass {ev.pass_index}  masked {ev.masked}\n", "dim"),
-                                 (ev.tokens_preview, "cyan"))
+            text = self._live_text(ev)
             if self._live is None:
-                self._live = Live(text, console=self.con, transient=True, refresh_per_second=12)
+                self._lifted = bool(self._line)
+                if self._lifted:
+                    self.con.print()
+                self._live = Live(text, console=self.con, transient=True, refresh_per_second=12,
+                                  vertical_overflow="crop")
                 self._live.start(refresh=True)  # draw the first pass at once, not at the next tick
             else:
                 self._live.update(text)
@@ -126,23 +146,33 @@ class ReplyPrinter:
             if not self.show_reasoning:
                 return
             if not self._in_reasoning:
-                self.con.print("[dim]thinking…[/dim]")
+                self._print(Text("thinking…\n", style="dim"))
                 self._in_reasoning = True
-            self.con.print(Text(ev.text, style="dim italic"), end="")
+            self._print(Text(ev.text, style="dim italic"))
         elif kind == "ContentDelta":
             if self._in_reasoning:
-                self.con.print()
+                self._print("\n")
                 self._in_reasoning = False
-            self.con.print(Text(ev.text), end="")
+            self._print(Text(ev.text))
         elif kind == "ToolCallDelta" and ev.id is not None:
-            self.con.print(Text(f"\n[tool call {ev.name}] ", style="magenta"), end="")
+            self._print(Text(f"\n[tool call {ev.name}] ", style="magenta"))
         elif kind == "ToolCallDelta":
-            self.con.print(Text(ev.arguments_fragment, style="magenta"), end="")
+            self._print(Text(ev.arguments_fragment, style="magenta"))
 
     def _stop_live(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        if self._live is None:
+            return
+        self._live.stop()  # transient: erases its lines, the cursor at the start of the first one
+        self._live = None
+        if self._lifted:
+            from rich.cells import cell_len
+            from rich.control import Control
+
+            used = cell_len(self._line)
+            column = used % self.con.width
+            if column:  # a line that filled the width exactly goes on below, where the cursor is
+                self.con.control(Control.move_to_column(column, y=-1))
+            self._lifted = False
 
     def close(self) -> None:
         self._stop_live()

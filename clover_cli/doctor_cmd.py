@@ -7,6 +7,7 @@ import json
 import typer
 
 from . import console
+from .options import CTX_HELP, ctx_option
 
 
 def _gib(n: int | None) -> str:
@@ -14,7 +15,7 @@ def _gib(n: int | None) -> str:
 
 
 def command(
-    ctx_size: int = typer.Option(16384, "-c", "--ctx-size", help="Context to check the default model at."),
+    ctx_size: int | None = ctx_option(CTX_HELP + " The default model is checked at this context."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Report Python, platform, CPU features, RAM, GPU, caches, free disk, and whether the default model fits.
@@ -48,7 +49,7 @@ def command(
                         f"{'' if report.hf_cache.writable else ', NOT writable'})"),
         ("Default model", report.default_model),
         ("  estimated from", report.default_model_source),
-        (f"  at -c {ctx_size}", verdict.get('message', '?')),
+        (f"  at -c {fit.get('n_ctx', ctx_size)}", verdict.get('message', '?')),
     ]
     largest = fit.get("largest_context")
     if largest is not None:

@@ -15,25 +15,22 @@ from typing import Any
 import typer
 
 from .completion import complete_model
-
-DEFAULT_CTX = 16384  # our default -c: the advertised 131,072 would cost every user its whole KV cache
+from .options import CTX_HELP, ctx_option
 
 
 def command(
     model: str = typer.Argument(..., metavar="MODEL", autocompletion=complete_model,
-                                help="Path to a .gguf file (any shard of a split set)."),
+                                help="A .gguf path (any shard of a split set), or owner/repo[:QUANT] or a Hub URL "
+                                     "as in pull (a model not downloaded yet has only its header read)."),
     metadata: bool = typer.Option(False, "--metadata", help="Show every metadata key (gguf_dump style)."),
     tensors: bool = typer.Option(False, "--tensors", help="Show every tensor: elements, shape, type, bytes."),
     template: bool = typer.Option(False, "--template", help="Print the chat template stored in the file."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as one JSON document."),
     json_array: bool = typer.Option(False, "--json-array", help="With --json, include array values in full."),
-    ctx_size: int | None = typer.Option(
-        None, "-c", "--ctx-size", min=0,
-        help=f"Context length per sequence for the memory estimate (default {DEFAULT_CTX}, "
-             "capped at the model's; 0 = the model's full context).",
-    ),
+    ctx_size: int | None = ctx_option(CTX_HELP + " The memory estimate is for this context."),
     parallel: int = typer.Option(1, "-np", "--parallel", min=1,
-                                 help="Parallel sequences (each has its own KV cache and state)."),
+                                 help="Parallel sequences, each with its own -c tokens of KV cache and state "
+                                      "(as clover serve -np)."),
     cache_type: str = typer.Option(
         "f32", "--cache-type", "-ctk",
         help="KV cache type to estimate: f32 (what clover allocates), or f16 / q8_0 (llama.cpp's, to compare)."),
@@ -47,7 +44,7 @@ def command(
         clover inspect Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 32768 --fit
     """
     from clover_runtime.errors import CloverError
-    from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, fit_report
+    from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, context_for, fit_report
     from clover_runtime.model_summary import summarize
 
     from . import console
@@ -58,14 +55,10 @@ def command(
     try:
         summary = summarize(opened, filename=Path(model).name if Path(model).exists() else model)
         cfg = summary.config
-        if ctx_size is None:
-            n_ctx = min(DEFAULT_CTX, cfg.context_length)
-        elif ctx_size == 0:
-            n_ctx = cfg.context_length
-        else:
-            n_ctx = ctx_size
-            if n_ctx > cfg.context_length:
-                console.warn(f"-c {n_ctx} is longer than the model's context length {cfg.context_length}")
+        n_ctx = context_for(ctx_size, cfg, summary.tensor_bytes, parallel)
+        too_long = n_ctx > cfg.context_length
+        if too_long:
+            console.warn(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
         report = fit_report(cfg, summary.tensor_bytes, n_ctx, parallel, cache_type, ubatch=ubatch)
         if as_json:
             doc = json_document(model, opened, summary, report, json_array=json_array)
@@ -78,6 +71,10 @@ def command(
             close()
     if fit and report.verdict.verdict == NO_FIT:
         console.print_error(f"{summary.filename}: {report.verdict.message}")
+        raise typer.Exit(1)
+    if fit and too_long:  # clover run and serve refuse it, so --fit does too
+        console.print_error(f"{summary.filename}: -c {n_ctx} is larger than the model's context length "
+                            f"{cfg.context_length}")
         raise typer.Exit(1)
 
 

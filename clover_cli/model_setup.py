@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIN_AUTO_CTX = 4096
-
 
 @dataclass
 class PreparedModel:
@@ -20,6 +18,7 @@ class PreparedModel:
     n_ctx: int  # per sequence
     config: Any
     verdict: Any
+    sampling: Any  # what the file recommends, llama.cpp's defaults elsewhere (decoding.recommended_sampling)
 
 
 def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
@@ -36,11 +35,12 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
     return Path(resolve_model(text, file=file, offline=offline, token=token, progress=True))
 
 
-def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = False, file: str | None = None,
+def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,
             token: str | None = None) -> PreparedModel:
-    """Resolve the model, pick the context (0 = as much as fits, capped at the model's) and refuse
-    with the fit table when it does not fit this machine."""
+    """Resolve the model, pick the per-sequence context (`memory_fit.context_for`: None the default,
+    0 as much as fits) and refuse with the fit table when it does not fit this machine."""
     from clover_runtime import memory_fit
+    from clover_runtime.decoding import recommended_sampling
     from clover_runtime.errors import CloverError
     from clover_runtime.gguf_file import open_gguf
     from clover_runtime.model_config import describe_tensors
@@ -51,15 +51,13 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
     with open_gguf(path) as model_file:
         cfg = describe_tensors(model_file.metadata, model_file.tensors)
         weight_bytes = int(model_file.tensor_bytes)
+        sampling = recommended_sampling(model_file.metadata)
     system = memory_fit.probe_system()
-    n_ctx = ctx
-    if n_ctx <= 0:
-        fit_ctx = memory_fit.largest_context(cfg, weight_bytes, system, parallel)
-        n_ctx = min(cfg.context_length, max(fit_ctx, MIN_AUTO_CTX))
+    n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
+    if ctx == 0:
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
     if n_ctx > cfg.context_length:
-        what = f"-c {n_ctx}" if parallel == 1 else f"{n_ctx} tokens per sequence (-c / -np {parallel})"
-        raise CloverError(f"{what} is larger than the model's context length {cfg.context_length}")
+        raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
     estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel)
     verdict = memory_fit.assess(estimate, system)
     if verdict.verdict == "does not fit":
@@ -72,4 +70,4 @@ def prepare(model: str | None, *, ctx: int, parallel: int = 1, offline: bool = F
     from clover_runtime.hub import DEFAULT_MODEL
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
-    return PreparedModel(path, model_id, n_ctx, cfg, verdict)
+    return PreparedModel(path, model_id, n_ctx, cfg, verdict, sampling)

@@ -7,11 +7,12 @@ from typing import Any
 import typer
 
 from .completion import complete_model
+from .options import CTX_HELP, ctx_option
 
 _E = "CLOVER_"
 
 
-def _check_fit(p: Any, *, ctx_size: int, force: bool, token: str | None) -> None:
+def _check_fit(p: Any, *, ctx_size: int | None, force: bool, token: str | None) -> None:
     """Read the header remotely (a few MB) and stop before the download when the model cannot run here."""
     from clover_runtime import memory_fit
     from clover_runtime.errors import CloverError, ModelFileError
@@ -28,9 +29,9 @@ def _check_fit(p: Any, *, ctx_size: int, force: bool, token: str | None) -> None
             console.warn(f"{exc.message}; downloading anyway (--force)")
             return
         raise CloverError(exc.message, "clover cannot run this file; pass --force to download it anyway") from None
-    n_ctx = min(ctx_size, cfg.context_length) if ctx_size > 0 else cfg.context_length
-    estimate = memory_fit.estimate(cfg, model.tensor_bytes, n_ctx)
     system = memory_fit.probe_system()
+    n_ctx = min(memory_fit.context_for(ctx_size, cfg, model.tensor_bytes, system=system), cfg.context_length)
+    estimate = memory_fit.estimate(cfg, model.tensor_bytes, n_ctx)
     verdict = memory_fit.assess(estimate, system)
     console.info(f"memory fit at -c {n_ctx} (from the header, {model.bytes_read:,} bytes read): {verdict.message}")
     if verdict.verdict == memory_fit.NO_FIT:
@@ -50,9 +51,7 @@ def command(
                                        help="owner/repo[:QUANT], hf.co/owner/repo[:QUANT], or a Hub file URL "
                                             "(default: Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M)."),
     file: str | None = typer.Option(None, "--file", "-f", help="Exact file in the repository (overrides :QUANT)."),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", min=0,
-                                 help="Context length to check the memory fit for (0 = the model's).",
-                                 envvar=_E + "CTX_SIZE"),
+    ctx_size: int | None = ctx_option(CTX_HELP + " The memory fit is checked at this context."),
     force: bool = typer.Option(False, "--force", help="Download even when the model does not fit this machine."),
     hf_token: str | None = typer.Option(None, "--hf-token", envvar="HF_TOKEN",
                                         help="Token for gated or private repositories (default: HF_TOKEN)."),
@@ -68,9 +67,13 @@ def command(
 
         clover pull Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M
     """
-    from clover_runtime.hub import resolve_model
+    from clover_runtime.hub import offline_mode, resolve_model
+    from clover_runtime.hub.remote import endpoint
 
     from . import console
+
+    if not offline_mode(offline):
+        console.info(f"connecting to {endpoint()}…")
 
     def fit_first(p: Any) -> None:
         _check_fit(p, ctx_size=ctx_size, force=force, token=hf_token)

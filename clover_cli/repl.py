@@ -7,7 +7,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,14 @@ HELP = """commands:
   /regen                 answer the last message again
   /system TEXT           set the system prompt (empty: none)
   /set KEY VALUE         temperature, top_k, top_p, min_p, seed, max_tokens, threshold, block_length, decode
+  /set think|nothink     let the model reason first, or answer at once
   /show info|params|template
   /read FILE             send a file's contents as your message
   /save FILE, /load FILE the conversation as JSON
-  \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply, Ctrl-C at the prompt exits"""
+  \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply or clears the line
+  ↑ ↓, Ctrl-R            earlier input, also from earlier sessions"""
 
-SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p", "seed"}
-DECODE_KEYS = {"max_tokens", "threshold", "block_length", "decode"}
+EXIT_HINT = "Use Ctrl-D or /bye to exit."
 
 
 @contextmanager
@@ -49,7 +49,7 @@ def stop_on_first_interrupt(cancel: threading.Event) -> Iterator[None]:
 
 class Repl:
     def __init__(self, session: Any, params: Any, *, system: str | None, think: bool, visual: bool,
-                 show_timings: bool, banner: str, con: Console, read_line: Any = input) -> None:
+                 show_timings: bool, banner: str, con: Console, read_line: Any = None) -> None:
         self.session = session
         self.params = params
         self.system = system
@@ -58,6 +58,10 @@ class Repl:
         self.show_timings = show_timings
         self.banner = banner
         self.con = con
+        if read_line is None:
+            from .line_input import LineReader
+
+            read_line = LineReader()
         self.read_line = read_line
         self.history: list[dict[str, Any]] = []
 
@@ -134,37 +138,34 @@ class Repl:
         return True
 
     def _set(self, arg: str) -> None:
+        from .repl_params import set_param
+
         key, _, value = arg.partition(" ")
         key, value = key.strip(), value.strip()
-        try:
-            if key == "temperature":
-                key = "temperature"
-            if key in SAMPLING_KEYS:
-                kind = {f.name: f.type for f in fields(self.params.sampling)}[key]
-                val: Any = int(value) if "int" in str(kind) else float(value)
-                self.params = replace(self.params, sampling=replace(self.params.sampling, **{key: val}))
-            elif key in DECODE_KEYS:
-                val = value if key == "decode" else (float(value) if key == "threshold" else int(value))
-                if key == "decode" and value not in ("auto", "diffusion", "ar"):
-                    raise ValueError("decode is auto, diffusion or ar")
-                self.params = replace(self.params, **{key: val})
-            else:
-                self.con.print(f"unknown parameter {key!r}; one of {', '.join(sorted(SAMPLING_KEYS | DECODE_KEYS))}")
-                return
-        except ValueError as exc:
-            self.con.print(f"bad value for {key}: {exc}")
+        if key == "parameter":  # Ollama's spelling: /set parameter temperature 0.7
+            key, _, value = value.partition(" ")
+            key, value = key.strip(), value.strip()
+        if key in ("think", "nothink"):
+            self.think = key == "think"
+            self.con.print("Set 'think' mode." if self.think else "Set 'nothink' mode.")
             return
-        self.con.print(f"Set parameter '{key}' to '{value}'")
+        if key == "system":
+            self.command(f"/system {value}")
+            return
+        try:
+            self.params, key = set_param(self.params, key, value)
+        except ValueError as exc:
+            self.con.print(str(exc), markup=False)
+            return
+        self.con.print(f"Set parameter '{key}' to '{value}'", markup=False)
 
     def _show(self, what: str) -> None:
+        from .repl_params import show_rows
+
         if what == "template":
             self.con.print(self.session.template.source, markup=False)
         elif what in ("params", "parameters"):
-            p = self.params
-            rows = {**{f.name: getattr(p.sampling, f.name) for f in fields(p.sampling)},
-                    "max_tokens": p.max_tokens, "threshold": p.threshold, "block_length": p.block_length,
-                    "decode": p.decode}
-            for k, v in rows.items():
+            for k, v in show_rows(self.params, self.think):
                 self.con.print(f"  {k:<20} {v}", markup=False)
         else:
             self.con.print(self.banner, markup=False)
@@ -196,9 +197,25 @@ class Repl:
         if self.show_timings and out.timings:
             self.con.print(stats_line(out), style="dim", markup=False)
 
+    def _interrupted_at_prompt(self) -> None:
+        """Ctrl-C at the prompt never leaves (as in Ollama): a half-typed line is dropped, an empty
+        prompt says how to exit."""
+        pending = getattr(self.read_line, "pending", lambda: None)()
+        self.con.print()
+        if not pending:
+            self.con.print(EXIT_HINT, style="dim")
+
     def loop(self) -> int:
         self.con.print(self.banner, markup=False)
         self.con.print('Type a message, /help for commands, """ for multi-line input.', style="dim")
+        try:
+            return self._loop()
+        finally:
+            close = getattr(self.read_line, "close", None)
+            if close is not None:
+                close()
+
+    def _loop(self) -> int:
         while True:
             try:
                 line = self._read()
@@ -206,8 +223,8 @@ class Repl:
                 self.con.print()
                 return 0
             except KeyboardInterrupt:
-                self.con.print()
-                return 130
+                self._interrupted_at_prompt()
+                continue
             if not line.strip():
                 continue
             if line.strip().startswith("/"):

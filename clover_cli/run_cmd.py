@@ -8,8 +8,10 @@ from pathlib import Path
 import typer
 
 from . import console
+from .options import ctx_option
 
 _E = "CLOVER_"
+_FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
 
 
 def command(
@@ -21,32 +23,38 @@ def command(
     file: Path | None = typer.Option(None, "-f", "--file", help="Read the prompt from a file."),
     system: str | None = typer.Option(None, "-sys", "--system-prompt", help="System prompt.",
                                          envvar=_E + "SYSTEM_PROMPT"),
-    ctx_size: int = typer.Option(4096, "-c", "--ctx-size", help="Context length (0: as much as fits).",
-                                 envvar=_E + "CTX_SIZE"),
+    ctx_size: int | None = ctx_option(),
     n_predict: int = typer.Option(-1, "-n", "--n-predict", help="Max tokens per reply (-1: until done or context).",
                                   envvar=_E + "N_PREDICT"),
     threads: int | None = typer.Option(None, "-t", "--threads", help="CPU threads (default: physical cores).",
                                           envvar=_E + "THREADS"),
-    temp: float = typer.Option(0.0, "--temp", help="Temperature (0: greedy, our default for diffusion).",
-                               envvar=_E + "TEMP"),
-    top_k: int = typer.Option(0, "--top-k", envvar=_E + "TOP_K"),
-    top_p: float = typer.Option(1.0, "--top-p", envvar=_E + "TOP_P"),
-    min_p: float = typer.Option(0.0, "--min-p", envvar=_E + "MIN_P"),
+    temp: float | None = typer.Option(None, "--temp", min=0.0, help=f"Temperature (0: greedy). {_FROM_FILE} 0.8.",
+                                      envvar=_E + "TEMP", show_default=False),
+    top_k: int | None = typer.Option(None, "--top-k", min=0, help=f"{_FROM_FILE} 40.", envvar=_E + "TOP_K",
+                                     show_default=False),
+    top_p: float | None = typer.Option(None, "--top-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.95.",
+                                       envvar=_E + "TOP_P", show_default=False),
+    min_p: float | None = typer.Option(None, "--min-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.05.",
+                                       envvar=_E + "MIN_P", show_default=False),
     seed: int | None = typer.Option(None, "-s", "--seed", envvar=_E + "SEED"),
-    repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", envvar=_E + "REPEAT_PENALTY"),
+    repeat_penalty: float | None = typer.Option(None, "--repeat-penalty", help=f"{_FROM_FILE} 1.0.",
+                                                envvar=_E + "REPEAT_PENALTY", show_default=False),
     presence_penalty: float = typer.Option(0.0, "--presence-penalty", envvar=_E + "PRESENCE_PENALTY"),
     frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", envvar=_E + "FREQUENCY_PENALTY"),
     decode: str = typer.Option("auto", "--decode", help="auto | diffusion | ar", envvar=_E + "DECODE"),
-    block_length: int | None = typer.Option(None, "--block-length", "--diffusion-block-length",
+    block_length: int | None = typer.Option(None, "--block-length", "--diffusion-block-length", min=1,
                                                envvar=_E + "BLOCK_LENGTH"),
-    threshold: float | None = typer.Option(None, "--threshold", help="Reveal threshold (file default 0.9).",
-                                              envvar=_E + "THRESHOLD"),
+    threshold: float | None = typer.Option(None, "--threshold", min=0.0, max=1.0,
+                                              help="Reveal threshold (file default 0.9).", envvar=_E + "THRESHOLD"),
     expert_coreset: int | None = typer.Option(None, "--expert-coreset",
                                                  help="Share K experts across a block's rows.",
                                                  envvar=_E + "EXPERT_CORESET"),
     chat_template_file: Path | None = typer.Option(None, "--chat-template-file", envvar=_E + "CHAT_TEMPLATE_FILE"),
     think: bool = typer.Option(True, "--think/--no-think", help="Let the model reason first (shown dimmed).",
                                envvar=_E + "THINK"),
+    reasoning_budget: int = typer.Option(-1, "--reasoning-budget",
+                                         help="As llama.cpp: -1 lets the model reason, 0 turns reasoning off.",
+                                         envvar=_E + "REASONING_BUDGET"),
     visual: bool = typer.Option(False, "--visual", help="Show each block resolving live."),
     as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
     show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
@@ -59,21 +67,32 @@ def command(
 
         clover run tiny.gguf "Why is the sky blue?"
     """
+    from dataclasses import replace
+
     from clover_runtime.chat import load_chat
-    from clover_runtime.decoding import DecodeParams, SamplingParams
+    from clover_runtime.decoding import DecodeParams
     from clover_runtime.errors import CloverError
 
     from .model_setup import prepare
 
-    if model_opt and model and prompt is None:
+    if model_opt and model and prompt is not None:
+        raise CloverError("the model is given twice (argument and -m)", "give it once")
+    if model_opt and model:
         prompt = model
         model = model_opt
     model = model_opt or model
+    if reasoning_budget not in (-1, 0):
+        raise CloverError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
+                          "a token budget for the reasoning is not supported yet: use -1 or 0")
+    think = think and reasoning_budget != 0
+    if prompt is not None and prompt_opt is not None:
+        raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
     prep = prepare(model, ctx=ctx_size, offline=offline)
-    sampling = SamplingParams(temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-                              presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-                              repetition_penalty=repeat_penalty)
+    given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                               ("repetition_penalty", repeat_penalty)) if v is not None}
+    sampling = replace(prep.sampling, seed=seed, presence_penalty=presence_penalty,
+                       frequency_penalty=frequency_penalty, **given)
     max_tokens = n_predict if n_predict > 0 else prep.n_ctx
     params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
                           expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling)

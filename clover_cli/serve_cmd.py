@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from .completion import complete_model
+from .options import CTX_HELP, ctx_option
 
 DEFAULT_PORT = 8085
 
@@ -26,7 +27,7 @@ class ServeOptions:
     model: str | None
     host: str
     port: int
-    ctx: int
+    ctx: int | None  # per sequence, as in run and inspect
     parallel: int
     alias: str | None
     api_keys: tuple[str, ...]
@@ -45,7 +46,8 @@ class ServeOptions:
 def command(
     model_arg: Annotated[str | None, typer.Argument(
         metavar="MODEL", autocompletion=complete_model, show_default=False,
-        help="Model: a .gguf path, owner/repo[:QUANT] or an hf:// URL (as in pull); "
+        help="Model: a .gguf path, owner/repo[:QUANT], hf.co/owner/repo[:QUANT] or a Hub file URL "
+             "(as in pull); "
              "default: the Clover preview model.")] = None,
     model_opt: Annotated[str | None, typer.Option(
         "-m", "--model", envvar=_env("MODEL"), show_default=False,
@@ -55,13 +57,11 @@ def command(
         help="Address to listen on; 0.0.0.0 opens it to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
         "--port", envvar=_env("PORT"), min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
-    ctx: Annotated[int, typer.Option(
-        "-c", "--ctx-size", envvar=_env("CTX_SIZE"), min=0,
-        help="TOTAL context in tokens, split evenly over -np sequences "
-             "(0 = the largest that fits memory, at most the model's).")] = 0,
+    ctx: Annotated[int | None, ctx_option(
+        CTX_HELP + " The server holds -c × -np tokens in all.", annotated=True)] = None,
     parallel: Annotated[int, typer.Option(
         "-np", "--parallel", envvar=_env("PARALLEL"), min=1, max=256,
-        help="Sequences generated at once; each gets ctx/np tokens.")] = 1,
+        help="Sequences generated at once, each with its own -c tokens.")] = 1,
     alias: Annotated[str | None, typer.Option(
         "-a", "--alias", envvar=_env("ALIAS"), show_default=False,
         help="Model id reported by /v1/models and in responses.")] = None,
@@ -153,29 +153,24 @@ def _collect_keys(values: list[str], key_file: Path | None) -> tuple[str, ...]:
 class Prepared:
     path: Path
     model_id: str
-    n_ctx: int  # total, over all parallel sequences
+    n_ctx: int  # total, over all parallel sequences: -c × -np
     per_seq: int
     model_ctx: int = 0  # the model's own context length
 
 
 def _prepare(opts: ServeOptions) -> Prepared:
-    """The shared model set-up (resolve, memory fit, refusal with the fit table) with serve's -c
-    meaning the TOTAL context, split evenly over the -np sequences."""
-    from clover_runtime.errors import CloverError
-
+    """The shared model set-up (resolve, memory fit, refusal with the fit table) with -c per sequence,
+    as in run and inspect, so `clover inspect -c N -np P --fit` checks exactly what this runs."""
     from .model_setup import prepare
 
-    if 0 < opts.ctx < opts.parallel:
-        raise CloverError(f"-c {opts.ctx} is too small for -np {opts.parallel}",
-                          "give each sequence at least one token: -c >= -np")
-    prep = prepare(opts.model, ctx=opts.ctx // opts.parallel, parallel=opts.parallel, offline=opts.offline)
+    prep = prepare(opts.model, ctx=opts.ctx, parallel=opts.parallel, offline=opts.offline)
     return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
                     per_seq=prep.n_ctx, model_ctx=prep.config.context_length)
 
 
 def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
     """The foreground command the detached process runs (keys go through the environment)."""
-    args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.n_ctx),
+    args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.per_seq),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
             "--max-queue", str(opts.max_queue), "--offline"]
     if opts.cors_origins:
@@ -244,8 +239,8 @@ def _foreground(opts: ServeOptions) -> None:
     per_seq = prep.per_seq
     noun = "sequence" if opts.parallel == 1 else "sequences"
     console.info(f"model: {prep.model_id} ({prep.path})")
-    console.info(f"context: {prep.n_ctx} tokens total, {opts.parallel} parallel {noun}, "
-                 f"n_ctx={per_seq} per sequence")
+    console.info(f"context: {per_seq} tokens per sequence × {opts.parallel} parallel {noun} = "
+                 f"{prep.n_ctx} tokens in all (-c × -np)")
     if not service.is_loopback(opts.host) and not opts.api_keys:
         console.warn(f"listening on {escape(opts.host)} without an API key: anyone who can reach this machine "
                      "can use the model (set --api-key)")

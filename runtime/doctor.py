@@ -79,9 +79,10 @@ def _published_shape_header(tmp: Path) -> Any:
     return open_gguf(path)
 
 
-def default_model_fit(n_ctx: int = 16384) -> tuple[str, dict[str, Any]]:
-    """(where the numbers came from, the fit report as JSON) for the default model."""
-    from .memory_fit import fit_report
+def default_model_fit(n_ctx: int | None = None) -> tuple[str, dict[str, Any]]:
+    """(where the numbers came from, the fit report as JSON) for the default model; `n_ctx` as `-c`
+    means everywhere (`memory_fit.context_for`: None the default, 0 as much as fits)."""
+    from .memory_fit import context_for, fit_report
     from .model_summary import summarize
 
     source = "the published shape (not downloaded yet)"
@@ -96,7 +97,8 @@ def default_model_fit(n_ctx: int = 16384) -> tuple[str, dict[str, Any]]:
             model = _published_shape_header(Path(tmp))
         try:
             summary = summarize(model)
-            report = fit_report(summary.config, model.tensor_bytes, n_ctx)
+            ctx = context_for(n_ctx, summary.config, model.tensor_bytes)
+            report = fit_report(summary.config, model.tensor_bytes, ctx)
             return source, report.to_json()
         finally:
             model.close()
@@ -111,7 +113,7 @@ def _cached_default() -> Path | None:
         return None
 
 
-def run_doctor(n_ctx: int = 16384) -> DoctorReport:
+def run_doctor(n_ctx: int | None = None) -> DoctorReport:
     numba_dir = paths.numba_cache_dir()
     hf_dir = paths.hf_cache_dir()
     source, fit = default_model_fit(n_ctx)

@@ -20,7 +20,8 @@ MiB = 1 << 20
 GiB = 1 << 30
 DEFAULT_MARGIN = GiB
 DEFAULT_UBATCH = 512
-DEFAULT_CTX = 16384
+DEFAULT_CTX = 16384  # -c when not given: the advertised 131,072 would cost every user its whole KV cache
+MIN_AUTO_CTX = 4096  # -c 0 never picks less than this (llama.cpp's --fit-ctx default)
 CACHE_TYPES = ("f32", "f16", "q8_0")
 # clover's engine keeps K and V in float32 (agreement with the reference and transformers needs
 # it), so fit decisions use f32; f16 and q8_0 estimate what llama.cpp would allocate, for comparison.
@@ -211,34 +212,45 @@ def probe_system(*, gpus: bool = True) -> SystemMemory:
     return SystemMemory(int(vm.total), int(vm.available), nvidia_gpus() if gpus else [])
 
 
-def gib(n: float) -> str:
-    return f"{n / GiB:.1f} GiB"
+def size_text(n: float) -> str:
+    """Bytes in the largest unit that keeps a digit before the point: '22.3 GiB', '310.5 MiB', '96.0 KiB'.
+
+    A tiny model must not read "needs 0.0 GiB"."""
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"
 
 
 def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN) -> FitVerdict:
-    """Compare an estimate with available RAM: resident, paging weights through mmap, or not at all."""
+    """Compare an estimate with available RAM: resident, paging weights through mmap, or not at all.
+
+    Every message names the margin kept free, so "needs 22.3 GiB + 1.0 GiB margin" next to "22.4 GiB
+    available" reads as the shortfall it is."""
     avail = system.ram_available
+    keep = f"{size_text(margin)} margin"
     if est.total + margin <= avail:
         verdict, needed = FITS, est.total
-        message = f"fits: needs {gib(est.total)} of {gib(avail)} available RAM (1 GiB margin)"
+        message = f"fits: needs {size_text(est.total)} + {keep} of {size_text(avail)} available RAM"
     elif est.without_weights + margin <= avail:
         verdict, needed = PAGING, est.total
-        message = (f"fits with paging: needs {gib(est.total)} but {gib(avail)} RAM is available; "
-                   f"weights ({gib(est.weights)}) page from disk through mmap, so generation is slow")
+        message = (f"fits with paging: needs {size_text(est.total)} + {keep} but {size_text(avail)} RAM is "
+                   f"available; weights ({size_text(est.weights)}) page from disk through mmap, so generation "
+                   "is slow")
     else:
         verdict, needed = NO_FIT, est.without_weights
-        message = (f"does not fit: KV cache, state and compute alone need {gib(est.without_weights)} "
-                   f"of {gib(avail)} available RAM")
+        message = (f"does not fit: KV cache, state and compute alone need {size_text(est.without_weights)} "
+                   f"+ {keep} but {size_text(avail)} RAM is available")
     advice: list[str] = []
     if verdict != FITS:
         if est.weights >= est.without_weights:
-            advice.append(f"a smaller quant: the weights alone are {gib(est.weights)}")
+            advice.append(f"a smaller quant: the weights alone are {size_text(est.weights)}")
         if est.n_parallel > 1:
             advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
     notes = []
     for i, g in enumerate(system.gpus):
         ok = est.total + margin <= g.free
-        notes.append(f"GPU {i} {g.name}: {gib(g.free)} free of {gib(g.total)}; the whole model "
+        notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; the whole model "
                      f"{'would' if ok else 'would not'} fit there (clover computes on the CPU)")
     return FitVerdict(verdict, message, advice, needed, avail, notes)
 
@@ -270,6 +282,20 @@ def largest_context(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n
         else:
             hi = mid - 1
     return lo * CTX_STEP
+
+
+def context_for(requested: int | None, cfg: ModelConfig, weight_bytes: int, n_parallel: int = 1,
+                system: SystemMemory | None = None) -> int:
+    """What `-c` means in every command, per sequence: None is DEFAULT_CTX (capped at the model's
+    context), 0 is the largest that fits this machine (at least MIN_AUTO_CTX, at most the model's),
+    anything else is taken as given (callers refuse or warn when it exceeds the model's)."""
+    if requested is None:
+        return min(DEFAULT_CTX, cfg.context_length)
+    if requested > 0:
+        return requested
+    system = system if system is not None else probe_system()
+    fit_ctx = largest_context(cfg, weight_bytes, system, n_parallel)
+    return min(cfg.context_length, max(fit_ctx, MIN_AUTO_CTX))
 
 
 @dataclass(frozen=True)

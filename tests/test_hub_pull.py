@@ -199,11 +199,11 @@ def test_not_enough_disk_is_refused_before_downloading(hub: HubServer, tmp_path:
 def test_a_model_that_cannot_fit_is_refused_unless_forced(hub: HubServer, tmp_path: Path) -> None:
     cache = tmp_path / "c"
     hub.state.add("acme/Long-GGUF", "Long-Q8_0.gguf", tiny_model_path("Q8_0", context_length=2**32 - 1))
-    res = run_clover(hub, cache, "pull", "acme/Long-GGUF:Q8_0", "-c", "0")
+    res = run_clover(hub, cache, "pull", "acme/Long-GGUF:Q8_0", "-c", "4294967295")
     assert error_line(res) == "acme/Long-GGUF:Q8_0 does not fit this machine at -c 4294967295"
     assert "does not fit" in res.stderr and blobs(cache) == []
     assert downloads(hub, "acme/Long-GGUF", "Long-Q8_0.gguf") == []
-    forced = run_clover(hub, cache, "pull", "acme/Long-GGUF:Q8_0", "-c", "0", "--force")
+    forced = run_clover(hub, cache, "pull", "acme/Long-GGUF:Q8_0", "-c", "4294967295", "--force")
     assert "downloading anyway (--force)" in forced.stderr
     pulled_path(forced)
 

@@ -175,7 +175,7 @@ def test_fit_exit_codes(tiny, capsys, monkeypatch):
     code, out, err = run_clover(["inspect", str(tiny), "-c", "100000000", "-np", "64", "--fit"], capsys,
                                 monkeypatch)
     assert code == 1
-    assert "longer than the model's context length 4096" in err
+    assert "larger than the model's context length 4096" in err
     assert err.strip().splitlines()[-1].startswith("error: tiny.gguf: does not fit: ")
     code, out, err = run_clover(["inspect", str(tiny), "-c", "100000000", "-np", "64"], capsys, monkeypatch)
     assert code == 0 and "does not fit" in out

@@ -156,3 +156,67 @@ def test_page_asks_for_the_api_key(browser):
         assert page.locator(".msg.assistant .error").count() == 0
         assert "Clover" in page.inner_text(".msg.assistant .content")
         page.close()
+
+
+def _ask(page, text: str) -> None:
+    page.fill("#input", text)
+    page.press("#input", "Enter")
+    page.wait_for_function("document.body.dataset.busy === ''", timeout=30_000)
+
+
+def test_conversations_survive_a_reload(server, browser):
+    """The page keeps its conversations in localStorage: a reload shows the last one, a follow-up
+    sends its history, and the list brings back an earlier one."""
+    context = browser.new_context()
+    page = context.new_page()
+    bodies: list[dict] = []
+    page.on("request", lambda req: bodies.append(req.post_data_json) if req.url.endswith("/chat/completions") else None)
+    page.goto(server.url("/"))
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    _settings(page, thinking=True)
+    assert page.inner_text("#temp-value") == "model's (0.00)"  # the test model recommends greedy
+    _ask(page, "First question")
+    assert "temperature" not in bodies[-1]  # the server's default: the model file's, as in clover run
+    page.reload()
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    assert page.locator(".msg.user .bubble").all_inner_texts() == ["First question"]
+    assert page.locator(".msg.assistant .content strong").inner_text() == "Clover"
+    page.locator(".msg.assistant details.reasoning summary").click()
+    assert page.locator(".msg.assistant details.reasoning .text").inner_text() == REASONING
+    _ask(page, "A follow-up")
+    sent = bodies[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1]["content"].startswith("Hello from **Clover**") and "reasoning_content" not in sent[1]
+
+    page.click("#new-chat")
+    _ask(page, "Second conversation")
+    page.reload()
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    assert page.locator(".msg.user .bubble").all_inner_texts() == ["Second conversation"]
+    titles = page.locator("#chat-list option").all_inner_texts()
+    assert titles == ["New conversation", "Second conversation", "First question"]
+    page.select_option("#chat-list", label="First question")
+    assert page.locator(".msg.user .bubble").all_inner_texts() == ["First question", "A follow-up"]
+    context.close()
+
+
+def test_page_fits_a_390px_screen(server, browser, tmp_path):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.goto(server.url("/"))
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    _ask(page, "Say hello, please, with a rather long question that has to wrap on a phone screen.")
+    _shot(page, tmp_path, "webui-390px.png")
+    overflow = page.evaluate("""() => {
+      const out = [];
+      for (const el of document.querySelectorAll('header *, footer *, #messages *')) {
+        const r = el.getBoundingClientRect();
+        if (r.width && (r.left < 0 || r.right > 390.5) && !el.closest('pre'))
+          out.push(el.tagName + '#' + el.id + '.' + el.className);
+      }
+      return {out, width: document.documentElement.scrollWidth};
+    }""")
+    assert overflow == {"out": [], "width": 390}, overflow
+    page.click("#settings-toggle")
+    box = page.locator("#settings").bounding_box()
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
+    page.close()

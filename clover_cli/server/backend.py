@@ -146,15 +146,24 @@ class Backend:
             },
         }
 
+    def default_sampling(self) -> Any:
+        """The model file's recommended sampling, llama.cpp's defaults elsewhere (what /props shows)."""
+        from clover_runtime.decoding import recommended_sampling
+
+        return recommended_sampling(self.model.file.metadata)
+
     def chat_template_text(self) -> str | None:
         return self.template.source
 
     # ---- generation ------------------------------------------------------------------------
     def _params(self, req: Sampling) -> Any:
-        from clover_runtime.decoding import DecodeParams, SamplingParams
+        from dataclasses import replace
+
+        from clover_runtime.decoding import DecodeParams
 
         s = self.settings
-        sampling = SamplingParams(
+        sampling = replace(  # what the request leaves out: the model file's sampling, as in `clover run`
+            self.default_sampling(),
             **_drop_none(temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
                          seed=None if req.seed is None or req.seed < 0 else req.seed,  # -1: random
                          presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,

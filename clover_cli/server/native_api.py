@@ -66,6 +66,10 @@ async def props(request: Request) -> Any:
         "modalities": {"vision": False, "audio": False},
     }
     if backend is not None:
+        sampling = backend.default_sampling()  # what a request without sampling fields gets
+        body["default_generation_settings"]["params"].update(
+            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, min_p=sampling.min_p,
+            repeat_penalty=sampling.repetition_penalty)
         body["chat_template"] = backend.chat_template_text()
         body["meta"] = backend.meta()
     body.update(s.extra_props)

@@ -14,7 +14,13 @@ from urllib.parse import quote
 from ..errors import HubError
 from .refs import ModelRef
 
-LIST_TIMEOUT = 15.0
+
+def list_timeout() -> float:
+    """Seconds to wait for the Hub's answer to a listing or metadata request: huggingface_hub's own
+    HF_HUB_ETAG_TIMEOUT (default 10 s), so a Hub that accepts and never answers fails within seconds."""
+    from huggingface_hub import constants
+
+    return float(constants.HF_HUB_ETAG_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,10 @@ class FileMeta:
 class Unreachable(Exception):
     """The endpoint could not be reached (no network, DNS failure, refused, timed out)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.timed_out = timed_out
 
 
 def endpoint() -> str:
@@ -106,6 +113,8 @@ def translate(exc: BaseException, repo: str, path: str | None = None) -> Excepti
         later = " (try again later)" if status and status >= 500 else ""
         return HubError(f"the Hub answered HTTP {status} for {repo}{path and '/' + path or ''}{later}")
     if _is_network_error(exc):
+        if "Timeout" in type(exc).__name__:
+            return Unreachable(f"no answer within {list_timeout():g} s", timed_out=True)
         return Unreachable(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     return exc
 
@@ -114,12 +123,13 @@ def _get(url: str, token: str | None, params: dict[str, str] | None = None) -> A
     from huggingface_hub.utils import get_session
 
     last: BaseException | None = None
-    for _ in range(2):  # one retry for a timeout; a refused connection fails at once (offline users wait 0 s)
+    for _ in range(2):  # one retry when the connection timed out; an accepted but unanswered request or a
+        # refused connection fails at once (offline users wait 0 s, a hanging Hub costs one timeout)
         try:
-            return get_session().get(url, params=params, headers=auth_headers(token), timeout=LIST_TIMEOUT)
+            return get_session().get(url, params=params, headers=auth_headers(token), timeout=list_timeout())
         except Exception as exc:  # noqa: BLE001 - classified below
             last = exc
-            if "Timeout" not in type(exc).__name__:
+            if type(exc).__name__ != "ConnectTimeout":
                 break
     assert last is not None
     raise last

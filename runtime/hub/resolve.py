@@ -69,9 +69,12 @@ def offline_miss(ref: ModelRef) -> HubError:
                     hint=f"the cache is {cache_root()}; download it first with: clover pull {ref}")
 
 
-def unreachable(ref: ModelRef, reason: str) -> HubError:
+def unreachable(ref: ModelRef, reason: str, timed_out: bool = False) -> HubError:
+    hint = "check the network connection, proxy settings or HF_ENDPOINT"
+    if timed_out:
+        hint += "; on a slow link wait longer with HF_HUB_ETAG_TIMEOUT=60"
     return HubError(f"cannot reach the Hub at {remote.endpoint()} ({reason}); no cached copy of {ref} exists",
-                    hint="check the network connection, proxy settings or HF_ENDPOINT")
+                    hint=hint)
 
 
 def plan(ref: ModelRef, token: str | None = None) -> Plan:
@@ -161,7 +164,7 @@ def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str
     except remote.Unreachable as exc:
         cached = find_cached(ref)
         if cached is None:
-            raise unreachable(ref, exc.reason) from None
+            raise unreachable(ref, exc.reason, exc.timed_out) from None
         _warn(f"cannot reach the Hub at {remote.endpoint()} ({exc.reason}); using the cached copy {cached}")
         return cached
     except select.Ambiguous:
@@ -190,7 +193,7 @@ def remote_header(ref_or_text: str | ModelRef | Plan, *, file: str | None = None
         try:
             p = plan(ref, token)
         except remote.Unreachable as exc:
-            raise unreachable(ref, exc.reason) from None
+            raise unreachable(ref, exc.reason, exc.timed_out) from None
     return read_model(p.ref.repo, p.metas, token)
 
 

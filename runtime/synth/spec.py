@@ -57,6 +57,9 @@ class SynthSpec:
     threshold: float = 0.9
     shift_logits: bool = True
     chat_template: bool = True  # write tokenizer.chat_template (the Qwen3.6 template)
+    # general.sampling.* keys written (llama.cpp's names, e.g. {"temp": 0.0}); greedy by default, so
+    # random-weight test models answer the same every time unless a test asks for sampling
+    sampling: tuple[tuple[str, float], ...] | None = (("temp", 0.0),)
     seed: int = 0
 
     def __post_init__(self) -> None:

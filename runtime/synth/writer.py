@@ -36,6 +36,11 @@ def _add_hparams(w: GGUFWriter, spec: SynthSpec) -> None:
     w.add_string("general.description", DESCRIPTION)
     w.add_uint32("general.file_type", int(FILE_TYPES[spec.quant]))
     w.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
+    for key, value in spec.sampling or ():
+        if key in ("top_k", "penalty_last_n", "mirostat"):
+            w.add_uint32(f"general.sampling.{key}", int(value))
+        else:
+            w.add_float32(f"general.sampling.{key}", float(value))
     w.add_uint32(f"{a}.block_count", spec.n_layer)
     w.add_uint32(f"{a}.full_attention_interval", spec.full_attention_interval)
     w.add_uint32(f"{a}.context_length", spec.context_length)
