@@ -41,7 +41,7 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     # carry CORS headers and preflights are answered before any key is asked for.
     app.add_middleware(CatchAll)
     app.add_middleware(Guard, keys=settings.api_keys, origin_regex=settings.origin_regex(),
-                       any_origin=settings.allows_any_origin)
+                       any_origin=settings.allows_any_origin, host_names=settings.host_names())
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     cors: dict[str, Any] = {"allow_origins": ["*"]} if settings.allows_any_origin else {
         "allow_origin_regex": settings.origin_regex()}

@@ -92,18 +92,47 @@ class BodyLimit:
                 await _send_error(send, self._error())
 
 
+def split_host(host: str) -> tuple[str, int | None]:
+    """A Host header as (lower-case name, port or None); `[::1]:80` keeps its brackets."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        name, port = name + "]", rest[1:] if rest.startswith(":") else ""
+    elif host.count(":") == 1:
+        name, _, port = host.partition(":")
+    else:
+        name, port = host, ""
+    if port and not port.isdigit():
+        return name.rstrip("."), -1
+    return name.rstrip("."), int(port) if port else None
+
+
 class Guard:
-    """API keys (Bearer or X-Api-Key, constant-time) and a same-machine origin check.
+    """The Host check, API keys (Bearer or X-Api-Key, constant-time) and a same-machine origin check.
 
     A browser page from another site can still *send* a simple POST even though CORS hides the
-    answer; refusing foreign `Origin`s outright stops such pages from using the model at all.
+    answer; refusing foreign `Origin`s outright stops such pages from using the model at all. A page
+    whose name was rebound to 127.0.0.1 (DNS rebinding) is same-origin to itself, so a loopback server
+    also refuses any Host that is not a local name: that page's requests carry its own name.
     """
 
-    def __init__(self, app: ASGIApp, keys: Iterable[str], origin_regex: str, any_origin: bool) -> None:
+    def __init__(self, app: ASGIApp, keys: Iterable[str], origin_regex: str, any_origin: bool,
+                 host_names: frozenset[str] | None = None) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys if k]
         self.origin = re.compile(origin_regex)
         self.any_origin = any_origin
+        self.host_names = host_names
+
+    def _host_ok(self, scope: Scope) -> bool:
+        host = _header(scope, b"host")
+        if self.host_names is None or host is None:  # no Host at all: HTTP/1.0, never a browser
+            return True
+        name, port = split_host(host)
+        server = scope.get("server") or (None, None)
+        our_port = server[1] if len(server) > 1 else None
+        port_ok = port == our_port or (port is None and our_port in (80, None))
+        return port_ok and name in self.host_names
 
     def _key_ok(self, scope: Scope) -> bool:
         given = None
@@ -131,6 +160,11 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
+            return
+        if not self._host_ok(scope):
+            await _send_error(send, APIError(403, "requests for this host name are not allowed; this server "
+                                                  "answers to localhost, 127.0.0.1 and [::1] (start it with "
+                                                  "--allowed-hosts to allow another name)"))
             return
         if not self._origin_ok(scope):
             await _send_error(send, APIError(403, "requests from this origin are not allowed; "
