@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from .console import safe
+
 
 @dataclass
 class Reply:
@@ -128,16 +130,16 @@ class ReplyPrinter:
             if not self._in_reasoning:
                 self.con.print("[dim]thinking…[/dim]")
                 self._in_reasoning = True
-            self.con.print(Text(ev.text, style="dim italic"), end="")
+            self.con.print(Text(safe(ev.text, lines=True), style="dim italic"), end="")
         elif kind == "ContentDelta":
             if self._in_reasoning:
                 self.con.print()
                 self._in_reasoning = False
-            self.con.print(Text(ev.text), end="")
+            self.con.print(Text(safe(ev.text, lines=True)), end="")
         elif kind == "ToolCallDelta" and ev.id is not None:
-            self.con.print(Text(f"\n[tool call {ev.name}] ", style="magenta"), end="")
+            self.con.print(Text(f"\n[tool call {safe(ev.name)}] ", style="magenta"), end="")
         elif kind == "ToolCallDelta":
-            self.con.print(Text(ev.arguments_fragment, style="magenta"), end="")
+            self.con.print(Text(safe(ev.arguments_fragment, lines=True), style="magenta"), end="")
 
     def _stop_live(self) -> None:
         if self._live is not None:

@@ -229,8 +229,6 @@ def _foreground(opts: ServeOptions) -> None:
     import sys
     import time
 
-    from rich.markup import escape
-
     from . import __version__, console, service
     from .server import ServerSettings, create_app
     from .server.launch import bind, serve
@@ -242,7 +240,7 @@ def _foreground(opts: ServeOptions) -> None:
     console.info(f"context: {prep.n_ctx} tokens total, {opts.parallel} parallel {noun}, "
                  f"n_ctx={per_seq} per sequence")
     if not service.is_loopback(opts.host) and not opts.api_keys:
-        console.warn(f"listening on {escape(opts.host)} without an API key: anyone who can reach this machine "
+        console.warn(f"listening on {opts.host} without an API key: anyone who can reach this machine "
                      "can use the model (set --api-key)")
     token = service.new_token()
     settings = ServerSettings(
