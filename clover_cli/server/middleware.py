@@ -11,6 +11,7 @@ import logging
 import re
 from collections.abc import Iterable
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import APIError
@@ -192,6 +193,9 @@ class CatchAll:
             await self.app(scope, receive, tracked.send)
         except _TooLarge:
             raise
+        except ClientDisconnect:  # a normal event (the client gave up while sending): no answer, no traceback
+            log.info("client disconnected during %s %s before the request body arrived", scope.get("method"),
+                     scope.get("path"))
         except Exception as exc:  # noqa: BLE001 - mapped to a 500, never re-raised to uvicorn
             log.error("internal error on %s %s: %s: %s", scope.get("method"), scope.get("path"),
                       type(exc).__name__, exc, exc_info=exc)
