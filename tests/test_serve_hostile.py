@@ -199,3 +199,80 @@ def test_server_record_is_created_private(tmp_path, monkeypatch):
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert '"token": "secret"' in path.read_text(encoding="utf-8")
+
+
+# ---- slow clients ----------------------------------------------------------------------------------
+
+def _read_response(sock, timeout: float) -> bytes:
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except OSError:
+        pass
+    return data
+
+
+def test_slow_headers_time_out_and_health_answers_meanwhile(model_path):
+    import socket
+    import time
+
+    with live_server(chat_factory(model_path, 256), n_ctx=256, header_timeout_s=1.5) as server:
+        slow = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(50)]
+        try:
+            for s in slow:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a")
+            t0 = time.monotonic()
+            with server.client() as c:
+                assert c.get("/health").status_code == 200
+            assert time.monotonic() - t0 < 1.0
+            for s in slow[:10]:
+                s.sendall(b"b")  # still trickling: the deadline counts from the request's first byte
+            answers = [_read_response(s, 5.0) for s in slow]
+            assert time.monotonic() - t0 < 8
+        finally:
+            for s in slow:
+                s.close()
+        for data in answers:
+            assert data.startswith(b"HTTP/1.1 408 "), data[:80]
+            assert b'"type": "timeout_error"' in data and b"request headers not received" in data
+        with server.client() as c:
+            assert c.get("/health").status_code == 200
+
+
+def test_connection_cap(model_path):
+    import socket
+    import time
+
+    with live_server(chat_factory(model_path, 256), n_ctx=256, header_timeout_s=1.5, max_connections=8) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(8)]
+        try:
+            time.sleep(0.2)
+            with socket.create_connection(("127.0.0.1", server.port)) as extra:
+                data = _read_response(extra, 5.0)
+            assert data.startswith(b"HTTP/1.1 503 ") and b"too many open connections" in data
+            for s in idle:
+                _read_response(s, 5.0)  # closed by the header deadline
+        finally:
+            for s in idle:
+                s.close()
+        time.sleep(0.2)
+        with server.client() as c:
+            assert c.get("/health").status_code == 200
+
+
+def test_slow_body_times_out(model_path):
+    import socket
+    import time
+
+    with live_server(chat_factory(model_path, 256), n_ctx=256, body_timeout_s=1.0) as server, \
+            socket.create_connection(("127.0.0.1", server.port)) as s:
+        t0 = time.monotonic()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"mess" % server.port)
+        data = _read_response(s, 5.0)
+        assert time.monotonic() - t0 < 4
+        assert data.startswith(b"HTTP/1.1 408 ") and b"request body not received within 1 s" in data
+        with server.client() as c:
+            assert c.get("/health").status_code == 200

@@ -5,6 +5,7 @@ Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -37,8 +38,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-class _TooLarge(Exception):
-    pass
+class _BodyRefused(Exception):
+    """The body broke a limit (size, time): answered by BodyLimit with `error`, not a 500."""
+
+    def __init__(self, error: APIError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class _StartTracking:
@@ -56,11 +61,14 @@ class _StartTracking:
 
 
 class BodyLimit:
-    """413 for bodies over `max_bytes`, by Content-Length or while a chunked body streams in."""
+    """413 for bodies over `max_bytes`, by Content-Length or while a chunked body streams in; 408 for
+    a body that has not fully arrived `timeout_s` after the route started reading it (a client that
+    trickles its upload cannot hold a connection and a request forever)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 120.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     def _error(self, size: int | None = None) -> APIError:
         what = f"{size} bytes" if size is not None else "more"
@@ -75,22 +83,35 @@ class BodyLimit:
             await _send_error(send, self._error(int(length)))
             return
         seen = 0
+        complete = False
+        deadline: float | None = None
 
         async def limited_receive() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete, deadline
+            if complete:  # the body is in: later receives wait for a disconnect, untimed
+                return await receive()
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + self.timeout_s
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                late = APIError(408, f"request body not received within {self.timeout_s:g} s",
+                                headers={"Connection": "close"})  # the rest of the body would follow
+                raise _BodyRefused(late) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge()
+                    raise _BodyRefused(self._error())
+                complete = not message.get("more_body", False)
             return message
 
         tracked = _StartTracking(send)
         try:
             await self.app(scope, limited_receive, tracked.send)
-        except _TooLarge:
+        except _BodyRefused as refused:
             if not tracked.started:
-                await _send_error(send, self._error())
+                await _send_error(send, refused.error)
 
 
 def split_host(host: str) -> tuple[str, int | None]:
@@ -191,7 +212,7 @@ class CatchAll:
         tracked = _StartTracking(send)
         try:
             await self.app(scope, receive, tracked.send)
-        except _TooLarge:
+        except _BodyRefused:
             raise
         except ClientDisconnect:  # a normal event (the client gave up while sending): no answer, no traceback
             log.info("client disconnected during %s %s before the request body arrived", scope.get("method"),

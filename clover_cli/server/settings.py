@@ -28,6 +28,9 @@ class ServerSettings:
     webui: bool = True
     timeout_s: float = 3600.0
     max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout_s: float = 15.0  # a request's headers must arrive within this (slow-loris clients)
+    body_timeout_s: float = 120.0  # ... and its body within this once the route starts reading it
+    max_connections: int = 256  # open connections at once; beyond it a new one gets 503 and is closed
     sse_ping_s: float = 30.0
     decode: str | None = None
     threshold: float | None = None
