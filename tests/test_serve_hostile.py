@@ -276,3 +276,18 @@ def test_slow_body_times_out(model_path):
         assert data.startswith(b"HTTP/1.1 408 ") and b"request body not received within 1 s" in data
         with server.client() as c:
             assert c.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize(("field", "value", "status"), [
+    ("temperature", "1e-320", 200),  # found by the fuzz suite: logits / T overflowed to NaN, a 500
+    ("temperature", "NaN", 400), ("top_p", "Infinity", 400), ("repetition_penalty", "Infinity", 400),
+    ("repetition_penalty", "1e-320", 400), ("presence_penalty", "-Infinity", 400), ("threshold", "NaN", 400),
+])
+def test_non_finite_and_tiny_sampling_values(live, field, value, status):
+    body = '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "' + field + '": ' + value + "}"
+    with live.client() as c:
+        r = c.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    if status == 200:
+        assert r.status_code == 200, r.text
+    else:
+        assert assert_openai_error(r, 400)["param"] == field

@@ -23,7 +23,8 @@ RESERVED_TEMPLATE_KWARGS = ("add_generation_prompt", "tools", "messages")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # NaN and Infinity are valid to Python's json but never a sampling value: 400, not a NaN sampler.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 class FunctionCall(_Model):
@@ -89,7 +90,7 @@ class Sampling(_Model):
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    repetition_penalty: float | None = Field(default=None, ge=1e-3, le=100.0)
     stop: str | list[str] | None = None
     stream: bool | None = False  # null is valid OpenAI input: not streaming
     stream_options: StreamOptions | None = None
@@ -100,6 +101,12 @@ class Sampling(_Model):
     decode: Literal["auto", "diffusion", "ar"] | None = None
     return_progress: bool = False
     logit_bias: dict[str, float] | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_below(cls, v: float | None) -> float | None:
+        """A temperature so small that logits / T overflows means greedy, which 0 already says."""
+        return 0.0 if v is not None and v < 1e-4 else v
 
     @field_validator("logit_bias")
     @classmethod
