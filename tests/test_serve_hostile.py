@@ -291,3 +291,4 @@ def test_non_finite_and_tiny_sampling_values(live, field, value, status):
         assert r.status_code == 200, r.text
     else:
         assert assert_openai_error(r, 400)["param"] == field
+

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..console import safe
 from .errors import APIError
 
 log = logging.getLogger("clover.server")
@@ -216,9 +217,9 @@ class CatchAll:
             raise
         except ClientDisconnect:  # a normal event (the client gave up while sending): no answer, no traceback
             log.info("client disconnected during %s %s before the request body arrived", scope.get("method"),
-                     scope.get("path"))
+                     safe(scope.get("path", "")))  # the path is the client's text: escaped for the terminal
         except Exception as exc:  # noqa: BLE001 - mapped to a 500, never re-raised to uvicorn
-            log.error("internal error on %s %s: %s: %s", scope.get("method"), scope.get("path"),
-                      type(exc).__name__, exc, exc_info=exc)
+            log.error("internal error on %s %s: %s: %s", scope.get("method"), safe(scope.get("path", "")),
+                      type(exc).__name__, safe(exc), exc_info=exc)
             if not tracked.started:
                 await _send_error(send, APIError(500, f"internal error: {type(exc).__name__}"))
