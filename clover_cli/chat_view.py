@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from .console import safe
+
 
 @dataclass
 class Reply:
@@ -148,16 +150,16 @@ class ReplyPrinter:
             if not self._in_reasoning:
                 self._print(Text("thinking…\n", style="dim"))
                 self._in_reasoning = True
-            self._print(Text(ev.text, style="dim italic"))
+            self._print(Text(safe(ev.text, lines=True), style="dim italic"))
         elif kind == "ContentDelta":
             if self._in_reasoning:
                 self._print("\n")
                 self._in_reasoning = False
-            self._print(Text(ev.text))
+            self._print(Text(safe(ev.text, lines=True)))
         elif kind == "ToolCallDelta" and ev.id is not None:
-            self._print(Text(f"\n[tool call {ev.name}] ", style="magenta"))
+            self._print(Text(f"\n[tool call {safe(ev.name)}] ", style="magenta"))
         elif kind == "ToolCallDelta":
-            self._print(Text(ev.arguments_fragment, style="magenta"))
+            self._print(Text(safe(ev.arguments_fragment, lines=True), style="magenta"))
 
     def _stop_live(self) -> None:
         if self._live is None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 Column = tuple[str, str]  # (header, "left" | "right")
-Cell = Any  # a str (always literal text, never markup) or a rich Text
+Cell = Any  # a str (always literal text, never markup, control characters escaped) or a rich Text
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -35,8 +35,9 @@ def is_plain(con: Console) -> bool:
 
 
 def lit(con: Console, text: str = "") -> None:
-    """Print text exactly as given: no markup, emoji codes, highlighting or wrapping."""
-    con.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
+    """Print text as given, control characters escaped (it may come from a file): no markup, emoji
+    codes, highlighting or wrapping."""
+    con.print(_console.safe(text, lines=True), markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def print_table(con: Console, columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *,
@@ -46,7 +47,7 @@ def print_table(con: Console, columns: Sequence[Column], rows: Sequence[Sequence
     if plain:
         if title:
             lit(con, title)
-        texts = [[str(c) for c in r] for r in rows]
+        texts = [[_console.safe(c) for c in r] for r in rows]
         widths = [max([len(h)] + [len(r[i]) for r in texts]) for i, (h, _) in enumerate(columns)]
 
         def line(cells: Sequence[str]) -> str:
@@ -61,11 +62,11 @@ def print_table(con: Console, columns: Sequence[Column], rows: Sequence[Sequence
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(title) if title else None, title_justify="left", header_style="bold")
+    table = Table(title=Text(_console.safe(title)) if title else None, title_justify="left", header_style="bold")
     for header, justify in columns:
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
     for r in rows:
-        table.add_row(*(Text(c) if isinstance(c, str) else c for c in r))
+        table.add_row(*(Text(_console.safe(c)) if isinstance(c, str) else c for c in r))
     con.print(table)
 
 
@@ -78,7 +79,7 @@ def print_pairs(con: Console, pairs: Sequence[tuple[str, Cell]], *, title: str |
             lit(con, title)
         width = max((len(k) for k, _ in pairs), default=0)
         for k, v in pairs:
-            lit(con, f"{k.ljust(width)}  {v}")
+            lit(con, f"{_console.safe(k).ljust(width)}  {_console.safe(v)}")
         return
     from rich.table import Table
     from rich.text import Text
@@ -87,9 +88,9 @@ def print_pairs(con: Console, pairs: Sequence[tuple[str, Cell]], *, title: str |
     grid.add_column(style="bold cyan")
     grid.add_column()
     for k, v in pairs:
-        grid.add_row(k, Text(v) if isinstance(v, str) else v)
+        grid.add_row(Text(_console.safe(k)), Text(_console.safe(v)) if isinstance(v, str) else v)
     if title:
-        con.print(Text(title, style="bold"))
+        con.print(Text(_console.safe(title), style="bold"))
     con.print(grid)
 
 
@@ -136,9 +137,9 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
     if plain:
         print_pairs(con, lines, plain=True)
     else:
-        con.print(Text(v.message, style=f"bold {_VERDICT_STYLE[v.verdict]}"))
+        con.print(Text(_console.safe(v.message), style=f"bold {_VERDICT_STYLE[v.verdict]}"))
         for k, text in lines[1:]:
-            con.print(Text.assemble((f"{k}: ", "dim"), text))
+            con.print(Text.assemble((f"{k}: ", "dim"), _console.safe(text)))
 
 
 def print_fit_table(estimate: MemoryEstimate, system: SystemMemory, verdict: FitVerdict,

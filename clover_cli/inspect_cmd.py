@@ -62,7 +62,7 @@ def command(
         report = fit_report(cfg, summary.tensor_bytes, n_ctx, parallel, cache_type, ubatch=ubatch)
         if as_json:
             doc = json_document(model, opened, summary, report, json_array=json_array)
-            sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+            sys.stdout.write(json_text(doc) + "\n")
         else:
             _render(opened, summary, report, metadata=metadata, tensors=tensors, template=template)
     finally:
@@ -76,6 +76,15 @@ def command(
         console.print_error(f"{summary.filename}: -c {n_ctx} is larger than the model's context length "
                             f"{cfg.context_length}")
         raise typer.Exit(1)
+
+
+def json_text(doc: Any) -> str:
+    """JSON for a terminal or a pipe: UTF-8 kept, but the C1 controls json.dumps lets through (0x9b is
+    a one-byte CSI) and bidi overrides escaped like C0 ones; they only occur inside strings."""
+    import re
+
+    text = json.dumps(doc, ensure_ascii=False)
+    return re.sub("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def open_for_inspect(model: str) -> Any:

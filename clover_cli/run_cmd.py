@@ -162,7 +162,7 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     err = console.err()
     out = console.out()
     if console.verbose():
-        err.print(banner, markup=False)
+        err.print(console.safe(banner, lines=True), markup=False)
     reply = Reply()
     cancel = threading.Event()
     try:
@@ -173,9 +173,9 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
             if as_json:
                 continue
             if kind == "ContentDelta":
-                out.print(ev.text, end="", markup=False, highlight=False)
+                out.print(console.safe(ev.text, lines=True), end="", markup=False, highlight=False)
             elif kind == "ReasoningDelta" and err.is_terminal:
-                err.print(ev.text, end="", style="dim", markup=False)
+                err.print(console.safe(ev.text, lines=True), end="", style="dim", markup=False)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -184,7 +184,8 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
         return
     if reply.tool_calls:
         for call in reply.tool_calls:
-            out.print(f"\n<tool_call {call['function']['name']}> {call['function']['arguments']}", markup=False)
+            text = f"<tool_call {call['function']['name']}> {call['function']['arguments']}"
+            out.print("\n" + console.safe(text), markup=False)
     out.print()
     if not reply.content and not reply.tool_calls and reply.reasoning:
         console.warn("the reply was all reasoning and never reached an answer "

@@ -32,6 +32,7 @@ class ServeOptions:
     alias: str | None
     api_keys: tuple[str, ...]
     cors_origins: tuple[str, ...]
+    allowed_hosts: tuple[str, ...]
     webui: bool
     timeout: float
     chat_template_file: Path | None
@@ -75,6 +76,10 @@ def command(
         "--cors-origins", envvar=_env("CORS_ORIGINS"), show_default=False,
         help="Extra browser origins allowed, comma-separated ('*' for any); "
              "localhost is always allowed.")] = None,
+    allowed_hosts: Annotated[str | None, typer.Option(
+        "--allowed-hosts", envvar=_env("ALLOWED_HOSTS"), show_default=False,
+        help="Extra Host names the server answers to, comma-separated ('*' for any); "
+             "on a loopback --host only localhost, 127.0.0.1 and [::1] are.")] = None,
     no_webui: Annotated[bool, typer.Option(
         "--no-webui", envvar=_env("NO_WEBUI"), help="Do not serve the chat page at /.")] = False,
     timeout: Annotated[float, typer.Option(
@@ -123,6 +128,7 @@ def command(
         model=model, host=host, port=port, ctx=ctx, parallel=parallel, alias=alias,
         api_keys=_collect_keys(api_key or [], api_key_file),
         cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
+        allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         offline=offline)
@@ -175,6 +181,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
             "--max-queue", str(opts.max_queue), "--offline"]
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
+    if opts.allowed_hosts:
+        args += ["--allowed-hosts", ",".join(opts.allowed_hosts)]
     if not opts.webui:
         args.append("--no-webui")
     if opts.chat_template_file is not None:
@@ -229,7 +237,6 @@ def _foreground(opts: ServeOptions) -> None:
     import time
 
     from clover_runtime.memory_fit import AGENT_CTX
-    from rich.markup import escape
 
     from . import __version__, console, service
     from .server import ServerSettings, create_app
@@ -242,13 +249,14 @@ def _foreground(opts: ServeOptions) -> None:
     console.info(f"context: {per_seq} tokens per sequence × {opts.parallel} parallel {noun} = "
                  f"{prep.n_ctx} tokens in all (-c × -np)")
     if not service.is_loopback(opts.host) and not opts.api_keys:
-        console.warn(f"listening on {escape(opts.host)} without an API key: anyone who can reach this machine "
+        console.warn(f"listening on {opts.host} without an API key: anyone who can reach this machine "
                      "can use the model (set --api-key)")
     token = service.new_token()
     settings = ServerSettings(
         model_id=prep.model_id, model_path=str(prep.path), n_ctx=prep.n_ctx, n_parallel=opts.parallel,
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
-        webui=opts.webui, timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
+        host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
+        timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
         block_length=opts.block_length, shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:

@@ -78,9 +78,20 @@ def write_record(record: ServerRecord) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = record_path(record.port)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(record), indent=2), encoding="utf-8")
+    data = json.dumps(asdict(record), indent=2).encode("utf-8")
+    try:
+        tmp.unlink()  # a stale file would keep its old (maybe wider) mode through O_CREAT
+    except FileNotFoundError:
+        pass
     if os.name == "posix":
-        os.chmod(tmp, 0o600)
+        # Created 0600 (and exclusively), so the token is never readable by others, not even briefly.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    else:
+        # Windows ignores POSIX modes; the data folder is under the user's profile, which only that
+        # user (and administrators) can read.
+        tmp.write_bytes(data)
     os.replace(tmp, path)
     return path
 

@@ -55,6 +55,14 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17),
 }
 
+# llama.cpp's limits (GGML_MAX_DIMS, GGML_MAX_NAME); nested arrays are not GGUF llama.cpp can read at
+# all, so a little depth is tolerated for gguf-py files and more is a corrupt or hostile header.
+MAX_DIMS = 4
+MAX_NAME_BYTES = 63
+MAX_ARRAY_DEPTH = 4
+MAX_ALIGNMENT = 1 << 20
+_INTEGER_TYPES = (T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_UINT64, T_INT64)
+
 SPLIT_RE = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
@@ -123,14 +131,27 @@ def _tensor_nbytes(name: str, ggml_type: int, shape: tuple[int, ...], file: str 
 
 
 class _Cursor:
-    """Sequential little-endian reads over a buffer, raising HeaderTruncated at its end."""
+    """Sequential little-endian reads over a buffer, raising HeaderTruncated at its end.
 
-    __slots__ = ("buf", "pos", "end")
+    With the file's size known, a count whose smallest encoding cannot fit in what is left of the
+    file is refused at once (`room`), so absurd counts fail fast instead of looping over the file.
+    """
 
-    def __init__(self, buf: Any) -> None:
+    __slots__ = ("buf", "pos", "end", "file_size", "name")
+
+    def __init__(self, buf: Any, file_size: int | None = None, name: str = "file") -> None:
         self.buf = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf.cast("B")
         self.pos = 0
         self.end = len(self.buf)
+        self.file_size = file_size
+        self.name = name
+
+    def room(self, count: int, min_size: int, what: str) -> None:
+        """HeaderTruncated now when `count` items of at least `min_size` bytes (`what`, for the
+        reader) cannot fit in the rest of the file: a truncated file or an absurd count."""
+        needed = self.pos + count * min_size
+        if self.file_size is not None and needed > self.file_size:
+            raise HeaderTruncated(needed)
 
     def take(self, n: int) -> memoryview:
         start = self.pos
@@ -148,8 +169,9 @@ class _Cursor:
         self.pos += size
         return v
 
-    def string(self) -> str:
+    def string(self, what: str = "string length") -> str:
         n = self.scalar("<Q")
+        self.room(n, 1, what)
         raw = self.take(n)
         return bytes(raw).decode("utf-8", errors="replace")
 
@@ -170,7 +192,7 @@ class _Cursor:
         self.pos = pos
         return out
 
-    def value(self, vtype: int) -> tuple[Any, int | None]:
+    def value(self, vtype: int, key: str = "", depth: int = 0) -> tuple[Any, int | None]:
         if vtype in _SCALAR_FORMATS:
             return self.scalar(_SCALAR_FORMATS[vtype]), None
         if vtype == T_STRING:
@@ -179,15 +201,21 @@ class _Cursor:
             etype = self.scalar("<I")
             count = self.scalar("<Q")
             if etype == T_STRING:
+                self.room(count, 8, f"array '{key}' count")
                 return self.string_array(count), etype
             if etype in _NUMPY_DTYPES:
                 dtype = np.dtype(_NUMPY_DTYPES[etype]).newbyteorder("<")
+                self.room(count, dtype.itemsize, f"array '{key}' count")
                 raw = self.take(count * dtype.itemsize)
                 return np.frombuffer(raw, dtype=dtype).copy(), etype
             if etype == T_ARRAY:
-                return [self.value(T_ARRAY)[0] for _ in range(count)], etype
-            raise ModelFileError(f"unknown GGUF array element type {etype}")
-        raise ModelFileError(f"unknown GGUF metadata value type {vtype}")
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise ModelFileError(f"{self.name}: metadata key '{key}' nests arrays more than "
+                                         f"{MAX_ARRAY_DEPTH} deep")
+                self.room(count, 12, f"array '{key}' count")
+                return [self.value(T_ARRAY, key, depth + 1)[0] for _ in range(count)], etype
+            raise ModelFileError(f"{self.name}: metadata key '{key}' has unknown array element type {etype}")
+        raise ModelFileError(f"{self.name}: metadata key '{key}' has unknown value type {vtype}")
 
 
 def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> GGUFHeader:
@@ -197,7 +225,7 @@ def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> 
     ModelFileError for anything that is not a usable GGUF header. With `file_size`, tensor data
     running past the end of the file is reported as truncation.
     """
-    cur = _Cursor(buf)
+    cur = _Cursor(buf, file_size, name)
     if cur.end < 4 and file_size is not None and file_size < 4:
         raise ModelFileError(f"{name}: not a GGUF file (too small)")
     magic = bytes(cur.take(4))
@@ -210,31 +238,32 @@ def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> 
     n_kv = cur.scalar("<Q")
     if n_tensors > 10_000_000 or n_kv > 10_000_000:
         raise ModelFileError(f"{name}: corrupt GGUF header (absurd counts)")
+    cur.room(n_kv, 13, "key/value count")  # the smallest entry: empty key, type, one byte
+    cur.room(n_tensors, 24, "tensor count")  # empty name, one dimension, type, offset
     metadata: dict[str, Any] = {}
     value_types: dict[str, tuple[int, int | None]] = {}
     for _ in range(n_kv):
-        key = cur.string()
+        key = cur.string("key length")
+        if key in metadata:
+            raise ModelFileError(f"{name}: metadata key '{key}' appears twice")
         vtype = cur.scalar("<I")
-        value, etype = cur.value(vtype)
+        value, etype = cur.value(vtype, key)
         metadata[key] = value
         value_types[key] = (vtype, etype)
     raw_tensors = []
     for _ in range(n_tensors):
-        tname = cur.string()
+        tname = cur.string("tensor name length")
         n_dims = cur.scalar("<I")
-        if n_dims > 8:
+        if not 1 <= n_dims <= MAX_DIMS:
             raise ModelFileError(f"{name}: corrupt tensor entry '{tname}' ({n_dims} dimensions)")
         ne = [cur.scalar("<Q") for _ in range(n_dims)]
         ttype = cur.scalar("<I")
         offset = cur.scalar("<Q")
         raw_tensors.append((tname, ttype, tuple(reversed(ne)), offset))
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+    alignment = _alignment(metadata, value_types, name)
     header_size = cur.pos
     data_offset = (header_size + alignment - 1) // alignment * alignment
-    tensors = [
-        TensorInfo(t, ty, shape, data_offset + off, _tensor_nbytes(t, ty, shape, name))
-        for t, ty, shape, off in raw_tensors
-    ]
+    tensors = _check_tensor_entries(raw_tensors, alignment, data_offset, name)
     if file_size is not None:
         for t in tensors:
             if t.offset + t.n_bytes > file_size:
@@ -243,6 +272,49 @@ def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> 
                     f"but the file has {file_size:,} bytes"
                 )
     return GGUFHeader(version, metadata, value_types, tensors, alignment, data_offset, header_size)
+
+
+def _alignment(metadata: dict[str, Any], value_types: dict[str, tuple[int, int | None]], name: str) -> int:
+    """`general.alignment`: an unsigned integer power of two, as llama.cpp requires."""
+    if "general.alignment" not in metadata:
+        return DEFAULT_ALIGNMENT
+    value = metadata["general.alignment"]
+    if value_types["general.alignment"][0] not in _INTEGER_TYPES:
+        raise ModelFileError(f"{name}: metadata key 'general.alignment' must be an integer")
+    value = int(value)
+    if value <= 0 or value & (value - 1) or value > MAX_ALIGNMENT:
+        raise ModelFileError(f"{name}: metadata key 'general.alignment' is {value}; it must be a power of "
+                             f"two up to {MAX_ALIGNMENT}")
+    return value
+
+
+def _check_tensor_entries(raw: list[tuple[str, int, tuple[int, ...], int]], alignment: int,
+                          data_offset: int, name: str) -> list[TensorInfo]:
+    """The tensor list checked as llama.cpp's gguf loader does: short unique names, sizes that do
+    not overflow, and each tensor's data exactly where the one before it ends (padded to the
+    alignment), so no two tensors overlap and none is misaligned."""
+    seen: set[str] = set()
+    tensors = []
+    expected = 0
+    for tname, ttype, shape, offset in raw:
+        if len(tname.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise ModelFileError(f"{name}: tensor name '{tname[:40]}...' is longer than {MAX_NAME_BYTES} bytes")
+        if tname in seen:
+            raise ModelFileError(f"{name}: tensor '{tname}' appears twice")
+        seen.add(tname)
+        n = 1
+        for d in shape:
+            n *= d
+        if n >= 1 << 63:
+            raise ModelFileError(f"{name}: tensor '{tname}' has an absurd shape {list(reversed(shape))}")
+        n_bytes = _tensor_nbytes(tname, ttype, shape, name)
+        if offset != expected:
+            problem = "misaligned" if offset % alignment else "overlapping or out of order"
+            raise ModelFileError(f"{name}: tensor '{tname}' data is at offset {offset:,}, expected {expected:,} "
+                                 f"({problem})")
+        expected += (n_bytes + alignment - 1) // alignment * alignment
+        tensors.append(TensorInfo(tname, ttype, shape, data_offset + offset, n_bytes))
+    return tensors
 
 
 def split_paths(path: Path) -> list[Path]:
@@ -322,11 +394,14 @@ class GGUFModelFile(HeaderView):
 
 
 def _map_file(path: Path) -> Any:
-    size = path.stat().st_size
-    if size == 0:
-        raise ModelFileError(f"{path.name}: not a GGUF file (empty)")
-    with open(path, "rb") as fh:
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            raise ModelFileError(f"{path.name}: not a GGUF file (empty)")
+        with open(path, "rb") as fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 _HEADER_CACHE: dict[tuple[str, int, int], GGUFHeader] = {}
@@ -377,6 +452,9 @@ def open_gguf(path: str | Path) -> GGUFModelFile:
 
 def _check_split(meta: dict[str, Any], paths: list[Path], n_tensors: int) -> None:
     """A split set must have as many shards and tensors as its first shard announces."""
+    for key in ("split.count", "split.tensors.count"):
+        if key in meta and (not isinstance(meta[key], (int, np.integer)) or isinstance(meta[key], bool)):
+            raise ModelFileError(f"{paths[0].name}: metadata key '{key}' must be an integer")
     count = meta.get("split.count")
     if count is not None and int(count) != len(paths):
         raise ModelFileError(

@@ -88,61 +88,172 @@ class ModelConfig:
         return self.n_layer - self.n_attention_layers
 
 
-def _get(meta: Mapping[str, Any], key: str, default: Any = None, *, required: bool = True) -> Any:
-    if key in meta:
-        return meta[key]
-    if default is not None or not required:
-        return default
-    raise ModelFileError(f"missing metadata key '{key}'")
+# Sane ranges for every number clover reads, checked before anything is sized from it (a hostile or
+# corrupt file must fail with one line naming the key, not allocate gigabytes or loop for minutes).
+# Layer and expert caps follow llama.cpp (LLAMA_MAX_LAYERS 512, LLAMA_MAX_EXPERTS 512); the others
+# are far beyond any real model.
+MAX_LAYERS = 512
+MAX_EXPERTS = 512
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 4096
+MAX_EMBD = 1 << 17
+MAX_FF = 1 << 20
+MAX_CONTEXT = (1 << 32) - 1  # a uint32; the memory fit, not this check, refuses what cannot fit
+MAX_CONV_KERNEL = 64
+MAX_BLOCK_LENGTH = 4096
+_MISSING = object()
 
 
-def _per_layer_scalar(value: Any, layers: list[int]) -> int:
-    """Some files store head counts per layer; take the value the given layers use."""
+def _kind(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean"
+    if isinstance(value, str):
+        return "a string"
     if isinstance(value, (list, np.ndarray)):
-        vals = {int(value[i]) for i in layers if int(value[i]) > 0}
-        if len(vals) > 1:
-            raise ModelFileError(f"per-layer head counts differ across layers: {sorted(vals)}")
-        return vals.pop() if vals else 0
+        return "an array"
+    if isinstance(value, (float, np.floating)):
+        return f"the float {value!r}" if np.isfinite(value) else f"{value!r}"
+    return type(value).__name__
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def meta_int(meta: Mapping[str, Any], key: str, lo: int, hi: int, default: Any = _MISSING) -> int:
+    """An integer metadata value within [lo, hi], or ModelFileError naming the key."""
+    value = meta.get(key, _MISSING)
+    if value is _MISSING:
+        if default is _MISSING:
+            raise ModelFileError(f"missing metadata key '{key}'")
+        value = default
+    if not _is_int(value):
+        raise ModelFileError(f"metadata key '{key}' must be an integer, not {_kind(value)}")
+    if not lo <= int(value) <= hi:
+        raise ModelFileError(f"metadata key '{key}' is {int(value)}, outside the sane range {lo}..{hi}")
     return int(value)
 
 
+def meta_float(meta: Mapping[str, Any], key: str, lo: float, hi: float, default: Any = _MISSING, *,
+               open_low: bool = False) -> float:
+    """A finite number within [lo, hi] ((lo, hi] with open_low), or ModelFileError naming the key."""
+    value = meta.get(key, _MISSING)
+    if value is _MISSING:
+        if default is _MISSING:
+            raise ModelFileError(f"missing metadata key '{key}'")
+        value = default
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ModelFileError(f"metadata key '{key}' must be a number, not {_kind(value)}")
+    v = float(value)
+    if not np.isfinite(v) or v > hi or v < lo or (open_low and v == lo):
+        low = f"({lo:g}" if open_low else f"[{lo:g}"
+        raise ModelFileError(f"metadata key '{key}' is {v!r}, outside the sane range {low}, {hi:g}]")
+    return v
+
+
+def meta_str(meta: Mapping[str, Any], key: str, default: Any = _MISSING) -> str:
+    value = meta.get(key, _MISSING)
+    if value is _MISSING:
+        if default is _MISSING:
+            raise ModelFileError(f"missing metadata key '{key}'")
+        return default
+    if not isinstance(value, str):
+        raise ModelFileError(f"metadata key '{key}' must be a string, not {_kind(value)}")
+    return value
+
+
+def _per_layer(meta: Mapping[str, Any], key: str, n_layer: int, layers: list[int], lo: int, hi: int,
+               default: Any = _MISSING) -> int:
+    """A head count stored once or per layer (0 for layers without it); the value `layers` use."""
+    value = meta.get(key, _MISSING)
+    if not isinstance(value, (list, np.ndarray)):
+        return meta_int(meta, key, lo, hi, default)
+    if len(value) != n_layer or not all(_is_int(v) for v in value):
+        raise ModelFileError(f"metadata key '{key}' must be one integer per layer ({n_layer})")
+    vals = {int(value[i]) for i in layers if int(value[i]) != 0}
+    if len(vals) > 1:
+        raise ModelFileError(f"per-layer head counts differ across layers: {sorted(vals)}")
+    if not vals or not all(lo <= v <= hi for v in vals):
+        raise ModelFileError(f"metadata key '{key}' holds {sorted(vals) or [0]}, outside the sane range {lo}..{hi}")
+    return vals.pop()
+
+
 def _layer_kinds(meta: Mapping[str, Any], arch: str, n_layer: int, tensors: Mapping[str, Any]) -> tuple:
-    interval = meta.get(f"{arch}.full_attention_interval")
-    if interval is not None:
-        interval = int(interval)
+    key = f"{arch}.full_attention_interval"
+    if key in meta:
+        interval = meta_int(meta, key, 1, MAX_LAYERS)
         return interval, tuple((i + 1) % interval == 0 for i in range(n_layer))
     kinds = tuple(f"blk.{i}.attn_q.weight" in tensors or f"blk.{i}.attn_q_norm.weight" in tensors
                   for i in range(n_layer))
     return 0, kinds
 
 
+def check_tokenizer_metadata(meta: Mapping[str, Any]) -> int:
+    """Types of the tokenizer keys clover reads (tokens, merges, token types, special ids, flags,
+    template); returns the number of tokens. The tokenizer and template trust these afterwards."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n_tokens = 0
+    if tokens is not None:
+        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+            raise ModelFileError("metadata key 'tokenizer.ggml.tokens' must be an array of strings")
+        n_tokens = len(tokens)
+    merges = meta.get("tokenizer.ggml.merges")
+    if merges is not None and (not isinstance(merges, list) or not all(isinstance(m, str) for m in merges)):
+        raise ModelFileError("metadata key 'tokenizer.ggml.merges' must be an array of strings")
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is not None and (not isinstance(types, np.ndarray) or types.dtype.kind not in "iu"
+                              or len(types) != n_tokens):
+        raise ModelFileError(f"metadata key 'tokenizer.ggml.token_type' must be {n_tokens} integers "
+                             "(one per token)")
+    for name in ("bos", "eos", "eot", "padding", "mask", "unknown", "seperator"):
+        key = f"tokenizer.ggml.{name}_token_id"
+        if key in meta:
+            meta_int(meta, key, 0, max(n_tokens - 1, 0) if n_tokens else (1 << 31) - 1)
+    for key in ("tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"):
+        if key in meta and not isinstance(meta[key], (bool, np.bool_)):
+            raise ModelFileError(f"metadata key '{key}' must be a boolean, not {_kind(meta[key])}")
+    for key in ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template", "general.name"):
+        if key in meta:
+            meta_str(meta, key)
+    if "general.file_type" in meta:
+        meta_int(meta, "general.file_type", 0, 1 << 16)
+    return n_tokens
+
+
 def config_from_metadata(meta: Mapping[str, Any], tensors: Mapping[str, TensorInfo]) -> ModelConfig:
-    """Build the typed description; raise ModelFileError naming what is missing or unknown."""
-    arch = meta.get("general.architecture")
-    if arch is None:
-        raise ModelFileError("missing metadata key 'general.architecture'")
+    """Build the typed description; raise ModelFileError naming what is missing, unknown or out of range.
+
+    Every key is checked for type and a sane range before anything is sized from it."""
+    arch = meta_str(meta, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelFileError(
             f"unknown architecture '{arch}' (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
         )
-    n_layer = int(_get(meta, f"{arch}.block_count"))
+    n_tokens = check_tokenizer_metadata(meta)
+    n_layer = meta_int(meta, f"{arch}.block_count", 1, MAX_LAYERS)
     interval, kinds = _layer_kinds(meta, arch, n_layer, tensors)
     attn_layers = [i for i, a in enumerate(kinds) if a] or list(range(n_layer))
-    n_head = _per_layer_scalar(_get(meta, f"{arch}.attention.head_count"), attn_layers)
-    n_head_kv = _per_layer_scalar(_get(meta, f"{arch}.attention.head_count_kv", n_head), attn_layers)
-    n_embd = int(_get(meta, f"{arch}.embedding_length"))
-    head_dim = int(_get(meta, f"{arch}.attention.key_length", n_embd // max(n_head, 1)))
-    head_dim_v = int(_get(meta, f"{arch}.attention.value_length", head_dim))
+    n_head = _per_layer(meta, f"{arch}.attention.head_count", n_layer, attn_layers, 1, MAX_HEADS)
+    n_head_kv = _per_layer(meta, f"{arch}.attention.head_count_kv", n_layer, attn_layers, 1, n_head, n_head)
+    if n_head % n_head_kv:
+        raise ModelFileError(f"metadata: {n_head} attention heads do not divide into {n_head_kv} KV heads")
+    n_embd = meta_int(meta, f"{arch}.embedding_length", 1, MAX_EMBD)
+    head_dim = meta_int(meta, f"{arch}.attention.key_length", 1, MAX_HEAD_DIM, max(n_embd // n_head, 1))
+    head_dim_v = meta_int(meta, f"{arch}.attention.value_length", 1, MAX_HEAD_DIM, head_dim)
+    rope_dim = meta_int(meta, f"{arch}.rope.dimension_count", 0, head_dim, head_dim)
+    if rope_dim % 2:
+        raise ModelFileError(f"metadata key '{arch}.rope.dimension_count' is {rope_dim}; RoPE needs an even count")
     emb = tensors.get("token_embd.weight")
-    tokens = meta.get("tokenizer.ggml.tokens")
-    n_tokens = len(tokens) if tokens is not None else 0
     n_vocab = emb.shape[0] if emb is not None and len(emb.shape) == 2 else n_tokens
     if n_vocab == 0:
         raise ModelFileError("cannot tell the vocabulary size: no token_embd.weight and no tokenizer tokens")
-    ssm_inner = int(_get(meta, f"{arch}.ssm.inner_size"))
-    ssm_v_heads = int(_get(meta, f"{arch}.ssm.time_step_rank"))
-    if ssm_v_heads <= 0 or ssm_inner % ssm_v_heads:
-        raise ModelFileError(f"bad GDN shape: inner size {ssm_inner} over {ssm_v_heads} value heads")
+    ssm_k_heads = meta_int(meta, f"{arch}.ssm.group_count", 1, MAX_HEADS)
+    ssm_v_heads = meta_int(meta, f"{arch}.ssm.time_step_rank", 1, MAX_HEADS)
+    ssm_inner = meta_int(meta, f"{arch}.ssm.inner_size", 1, MAX_FF)
+    if ssm_inner % ssm_v_heads or ssm_v_heads % ssm_k_heads:
+        raise ModelFileError(f"bad GDN shape: inner size {ssm_inner} over {ssm_v_heads} value heads "
+                             f"and {ssm_k_heads} key heads")
+    n_expert = meta_int(meta, f"{arch}.expert_count", 1, MAX_EXPERTS)
     return ModelConfig(
         arch=arch,
         n_layer=n_layer,
@@ -151,25 +262,25 @@ def config_from_metadata(meta: Mapping[str, Any], tensors: Mapping[str, TensorIn
         n_head_kv=n_head_kv,
         head_dim=head_dim,
         head_dim_v=head_dim_v,
-        rms_eps=float(_get(meta, f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
-        rope_dim=int(_get(meta, f"{arch}.rope.dimension_count", head_dim)),
-        rope_base=float(_get(meta, f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=meta_float(meta, f"{arch}.attention.layer_norm_rms_epsilon", 0.0, 1.0, 1e-6, open_low=True),
+        rope_dim=rope_dim,
+        rope_base=meta_float(meta, f"{arch}.rope.freq_base", 0.0, 1e12, 10000.0, open_low=True),
         full_attention_interval=interval,
         layer_is_attention=kinds,
-        ssm_k_heads=int(_get(meta, f"{arch}.ssm.group_count")),
+        ssm_k_heads=ssm_k_heads,
         ssm_v_heads=ssm_v_heads,
-        ssm_state=int(_get(meta, f"{arch}.ssm.state_size")),
+        ssm_state=meta_int(meta, f"{arch}.ssm.state_size", 1, MAX_HEAD_DIM),
         ssm_inner=ssm_inner,
-        ssm_conv_kernel=int(_get(meta, f"{arch}.ssm.conv_kernel")),
-        n_expert=int(_get(meta, f"{arch}.expert_count")),
-        n_expert_used=int(_get(meta, f"{arch}.expert_used_count")),
-        expert_ff=int(_get(meta, f"{arch}.expert_feed_forward_length")),
-        shared_ff=int(_get(meta, f"{arch}.expert_shared_feed_forward_length", 0, required=False)),
+        ssm_conv_kernel=meta_int(meta, f"{arch}.ssm.conv_kernel", 1, MAX_CONV_KERNEL),
+        n_expert=n_expert,
+        n_expert_used=meta_int(meta, f"{arch}.expert_used_count", 1, n_expert),
+        expert_ff=meta_int(meta, f"{arch}.expert_feed_forward_length", 1, MAX_FF),
+        shared_ff=meta_int(meta, f"{arch}.expert_shared_feed_forward_length", 0, MAX_FF, 0),
         n_vocab=n_vocab,
         n_tokens=n_tokens,
-        context_length=int(_get(meta, f"{arch}.context_length")),
-        diffusion=diffusion_from_metadata(meta, arch),
-        name=str(meta.get("general.name", "")),
+        context_length=meta_int(meta, f"{arch}.context_length", 1, MAX_CONTEXT),
+        diffusion=diffusion_from_metadata(meta, arch, n_vocab),
+        name=meta_str(meta, "general.name", ""),
     )
 
 
@@ -182,29 +293,41 @@ def default_shift_logits(arch: str) -> bool:
     return arch in ("clover-moe", "qwen35moe", "qwen3next")
 
 
-def diffusion_from_metadata(meta: Mapping[str, Any], arch: str) -> DiffusionConfig:
-    """Read the diffusion keys, falling back to our documented defaults."""
+def diffusion_from_metadata(meta: Mapping[str, Any], arch: str, n_vocab: int | None = None) -> DiffusionConfig:
+    """Read the diffusion keys (type- and range-checked), falling back to our documented defaults."""
     keys = {
         "block_length": (f"{arch}.diffusion.block_length", "diffusion.block_length"),
         "threshold": (f"{arch}.diffusion.threshold", "diffusion.threshold"),
         "shift_logits": (f"{arch}.diffusion.shift_logits", "diffusion.shift_logits"),
     }
-    found: dict[str, Any] = {}
+    found: dict[str, str] = {}
     present: list[str] = []
     for field_name, candidates in keys.items():
         for key in candidates:
             if key in meta:
-                found[field_name] = meta[key]
+                found[field_name] = key
                 present.append(key)
                 break
-    mask = meta.get("tokenizer.ggml.mask_token_id")
-    if mask is not None:
+    block = meta_int(meta, found["block_length"], 1, MAX_BLOCK_LENGTH) if "block_length" in found \
+        else DIFFUSION_DEFAULT_BLOCK
+    threshold = meta_float(meta, found["threshold"], 0.0, 1.0, open_low=True) if "threshold" in found \
+        else DIFFUSION_DEFAULT_THRESHOLD
+    shift = default_shift_logits(arch)
+    if "shift_logits" in found:
+        value = meta[found["shift_logits"]]
+        if not isinstance(value, (bool, np.bool_)):
+            raise ModelFileError(f"metadata key '{found['shift_logits']}' must be a boolean, not {_kind(value)}")
+        shift = bool(value)
+    mask = None
+    if "tokenizer.ggml.mask_token_id" in meta:
+        top = n_vocab - 1 if n_vocab else (1 << 31) - 1
+        mask = meta_int(meta, "tokenizer.ggml.mask_token_id", 0, top)
         present.append("tokenizer.ggml.mask_token_id")
     return DiffusionConfig(
-        block_length=int(found.get("block_length", DIFFUSION_DEFAULT_BLOCK)),
-        threshold=float(found.get("threshold", DIFFUSION_DEFAULT_THRESHOLD)),
-        shift_logits=bool(found.get("shift_logits", default_shift_logits(arch))),
-        mask_token_id=int(mask) if mask is not None else None,
+        block_length=block,
+        threshold=threshold,
+        shift_logits=shift,
+        mask_token_id=mask,
         keys_present=tuple(present),
     )
 

@@ -125,12 +125,13 @@ def write_model(path: Path, s: Shape = TINY, *, arch: str = "clover-moe", types:
                 drop: tuple[str, ...] = (), reshape: dict | None = None, retype: dict | None = None,
                 tied: bool = False, clover: bool = True, diffusion_keys: bool = True, sparse: bool = False,
                 split_tensors: int = 0, tokens: list[str] | None = None, merges: list[str] | None = None,
-                template: str | None = TEMPLATE, file_type: int | None = None, seed: int = 0) -> Path:
+                template: str | None = TEMPLATE, file_type: int | None = None, seed: int = 0,
+                name: str = "test-clover") -> Path:
     """Write a Clover-architecture GGUF; with `sparse` only the header is real and data is a hole."""
     types = types or (lambda name, shape: int(Q.F32))
     reshape, retype = reshape or {}, retype or {}
     w = GGUFWriter(path, arch, split_max_tensors=split_tensors)
-    w.add_name("test-clover")
+    w.add_name(name)
     if file_type is not None:
         w.add_file_type(file_type)
     a = arch

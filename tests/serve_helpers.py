@@ -18,7 +18,7 @@ import httpx
 import uvicorn
 
 from clover_cli.server import ServerSettings, create_app
-from clover_cli.server.launch import bind
+from clover_cli.server.launch import bind, uvicorn_config
 
 LOAD_TIMEOUT_S = 120.0
 
@@ -67,7 +67,7 @@ def live_server(session_factory: Callable[[], Any], wait_loaded: bool = True,
     app = create_app(session_factory, ServerSettings(**settings))
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", ws="none", timeout_graceful_shutdown=5)
+    config = uvicorn_config(app, timeout_graceful_shutdown=5)  # the same protocol guards as `clover serve`
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name=f"uvicorn-{port}")

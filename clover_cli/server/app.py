@@ -41,8 +41,8 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     # carry CORS headers and preflights are answered before any key is asked for.
     app.add_middleware(CatchAll)
     app.add_middleware(Guard, keys=settings.api_keys, origin_regex=settings.origin_regex(),
-                       any_origin=settings.allows_any_origin)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+                       any_origin=settings.allows_any_origin, host_names=settings.host_names())
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, timeout_s=settings.body_timeout_s)
     cors: dict[str, Any] = {"allow_origins": ["*"]} if settings.allows_any_origin else {
         "allow_origin_regex": settings.origin_regex()}
     app.add_middleware(CORSMiddleware, allow_methods=["GET", "POST", "OPTIONS"],

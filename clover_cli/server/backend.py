@@ -229,7 +229,18 @@ class Backend:
 
         return job
 
+    def prompt_text(self, req: CompletionRequest) -> str:
+        """The prompt as text: token ids (OpenAI's other prompt form) are checked and decoded."""
+        if isinstance(req.prompt, str):
+            return req.prompt
+        n_vocab = self.model.config.n_vocab
+        for i, t in enumerate(req.prompt):
+            if t < 0 or t >= n_vocab:
+                raise bad_request(f"prompt.{i}: token id {t} is outside the vocabulary", f"prompt.{i}")
+        return self.tokenizer.decode(req.prompt)
+
     def completion_job(self, req: CompletionRequest) -> Job:
+        req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
         self._check_context(self._count(req.prompt), "prompt")
         params = self._params(req)
         session = self.session

@@ -22,6 +22,7 @@ TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     413: "invalid_request_error",
     500: "server_error",
     501: "not_supported_error",

@@ -7,6 +7,8 @@ SIGTERM, and stops with an error if the model fails to load.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import uvicorn
 from clover_runtime.errors import CloverError
 
+from .errors import TYPES
 from .state import ServerState
 
 
@@ -83,12 +86,78 @@ class CloverServer(uvicorn.Server):
                 self.on_exit()
 
 
+def guarded_protocol(header_timeout_s: float, max_connections: int) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP/1.1 protocol with a header deadline and a connection cap.
+
+    uvicorn times out idle keep-alive connections but not a client that trickles its request
+    headers one byte at a time; such clients would hold sockets (and memory) forever. Each request's
+    headers must now arrive within `header_timeout_s` of its first byte (or of the connection), and
+    past `max_connections` open connections a new one is answered 503 and closed, so /health and
+    real clients keep being served while slow ones time out.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                self._refuse(503, "Service Unavailable", "too many open connections; try again shortly")
+                return
+            self._watch_headers()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            self._watch_headers()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_watch()
+            super().connection_lost(exc)
+
+        def _waiting_for_headers(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _watch_headers(self) -> None:
+            if self.transport.is_closing() or not self._waiting_for_headers():
+                self._stop_watch()
+            elif self._header_timer is None:
+                self._header_timer = self.loop.call_later(header_timeout_s, self._headers_late)
+
+        def _stop_watch(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_late(self) -> None:
+            self._header_timer = None
+            if self._waiting_for_headers() and not self.transport.is_closing():
+                self._refuse(408, "Request Timeout", f"request headers not received within {header_timeout_s:g} s")
+
+        def _refuse(self, status: int, reason: str, message: str) -> None:
+            body = json.dumps({"error": {"code": status, "message": message, "type": TYPES[status]}}).encode()
+            head = (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+            self.transport.write(head + body)
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def uvicorn_config(app: Any, *, log_level: str = "warning", access_log: bool = False,
+                   timeout_graceful_shutdown: int = 10) -> uvicorn.Config:
+    """The one uvicorn configuration `clover serve` (and its tests) run the app with."""
+    settings = app.state.clover.settings
+    return uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on", ws="none",
+                          timeout_graceful_shutdown=timeout_graceful_shutdown,
+                          http=guarded_protocol(settings.header_timeout_s, settings.max_connections))
+
+
 def serve(app: Any, sock: socket.socket, *, on_listening: Callable[[], None],
           on_loaded: Callable[[], None], on_exit: Callable[[], None] | None = None,
           access_log: bool = False) -> None:
     """Serve until stopped; raises CloverError when the model could not be loaded."""
-    config = uvicorn.Config(app, log_level="info" if access_log else "warning", access_log=access_log,
-                            timeout_graceful_shutdown=10, lifespan="on", ws="none")
+    config = uvicorn_config(app, log_level="info" if access_log else "warning", access_log=access_log)
     server = CloverServer(config, app.state.clover, on_listening=on_listening, on_loaded=on_loaded,
                           on_exit=on_exit)
     server.run(sockets=[sock])

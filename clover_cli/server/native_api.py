@@ -23,15 +23,15 @@ def _state(request: Request) -> ServerState:
     return request.app.state.clover
 
 
-@router.get("/health")
-@router.get("/v1/health")
+@router.api_route("/health", methods=["GET", "HEAD"])
+@router.api_route("/v1/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> Any:
     _state(request).require_backend()
     return {"status": "ok"}
 
 
-@router.get("/")
-@router.get("/index.html")
+@router.api_route("/", methods=["GET", "HEAD"])
+@router.api_route("/index.html", methods=["GET", "HEAD"])
 async def index(request: Request) -> Any:
     state = _state(request)
     if not state.settings.webui:

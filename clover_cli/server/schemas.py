@@ -8,6 +8,7 @@ our error, not FastAPI's.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -15,10 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import bad_request, validation_message
 
 M = TypeVar("M", bound=BaseModel)
+MAX_JSON_DEPTH = 64  # far beyond any real request (tool schemas included); deeper is an attack
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Set by the server itself when it renders a template; passing them again would clash.
+RESERVED_TEMPLATE_KWARGS = ("add_generation_prompt", "tools", "messages")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # NaN and Infinity are valid to Python's json but never a sampling value: 400, not a NaN sampler.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
 
 class FunctionCall(_Model):
@@ -84,9 +90,9 @@ class Sampling(_Model):
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    repetition_penalty: float | None = Field(default=None, ge=1e-3, le=100.0)
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: bool | None = False  # null is valid OpenAI input: not streaming
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1)
     logprobs: bool | int | None = None
@@ -94,6 +100,20 @@ class Sampling(_Model):
     block_length: int | None = Field(default=None, ge=1, le=4096)
     decode: Literal["auto", "diffusion", "ar"] | None = None
     return_progress: bool = False
+    logit_bias: dict[str, float] | None = None
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_below(cls, v: float | None) -> float | None:
+        """A temperature so small that logits / T overflows means greedy, which 0 already says."""
+        return 0.0 if v is not None and v < 1e-4 else v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v:
+            raise ValueError("logit_bias is not supported by this server; leave it out (or send {})")
+        return v
 
     @field_validator("stop")
     @classmethod
@@ -154,16 +174,22 @@ class ChatRequest(Sampling):
             raise ValueError(f"must be one of {', '.join(EFFORT_BUDGETS)}")
         return v
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_template_kwargs(v)
+
 
 class CompletionRequest(Sampling):
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     suffix: str | None = None
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, v: str | list[str]) -> str:
-        if isinstance(v, list):
+    def _one_prompt(cls, v: str | list[str] | list[int] | list[list[int]]) -> str | list[int]:
+        """One prompt, as text or as token ids (OpenAI accepts both; the backend decodes ids)."""
+        if isinstance(v, list) and v and not isinstance(v[0], int):
             if len(v) != 1:
                 raise ValueError("exactly one prompt is supported")
             v = v[0]
@@ -189,6 +215,44 @@ class ApplyTemplateRequest(_Model):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
 
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_template_kwargs(v)
+
+
+def check_template_kwargs(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Template variables the server sets itself cannot come in chat_template_kwargs."""
+    for key in RESERVED_TEMPLATE_KWARGS:
+        if v and key in v:
+            raise ValueError(f"'{key}' is set by the server and cannot be a chat template kwarg"
+                             + (f"; use the request's own '{key}' field" if key != "messages" else ""))
+    return v
+
+
+def check_json(data: Any) -> None:
+    """400 for JSON nested deeper than MAX_JSON_DEPTH or holding a lone UTF-16 surrogate (`\\ud800`
+    is valid JSON but no text: the tokenizer and the template cannot encode it). Iterative, so the
+    check itself cannot overflow the stack."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise bad_request(f"request JSON is nested more than {MAX_JSON_DEPTH} levels deep")
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                raise bad_request(f"{path or 'body'}: contains a lone UTF-16 surrogate "
+                                  f"(\\u{ord(found.group()):04x}); send valid Unicode text", path or None)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                sub = f"{path}.{key}" if path else str(key)
+                if _SURROGATE.search(key):
+                    raise bad_request(f"{path or 'body'}: a key contains a lone UTF-16 surrogate", path or None)
+                stack.append((item, sub, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}.{i}", depth + 1) for i, item in enumerate(value))
+
 
 def parse_body(raw: bytes, model: type[M]) -> M:
     """Bytes to a validated request, or a 400 naming the bad field (or saying the JSON is broken)."""
@@ -200,8 +264,11 @@ def parse_body(raw: bytes, model: type[M]) -> M:
         raise bad_request(f"request body is not UTF-8: {exc.reason}") from None
     except json.JSONDecodeError as exc:
         raise bad_request(f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise bad_request(f"request JSON is nested more than {MAX_JSON_DEPTH} levels deep") from None
     if not isinstance(data, dict):
         raise bad_request("request body must be a JSON object")
+    check_json(data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

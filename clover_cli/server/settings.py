@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 
 # Browsers on this machine only: any port on localhost, 127.0.0.1 or [::1], http or https.
 LOCAL_ORIGIN_REGEX = r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$"
+# Host names a loopback server answers to: anything else is a page whose name was rebound (DNS rebinding).
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+LOOPBACK_ADDRESSES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -20,9 +23,14 @@ class ServerSettings:
     max_queue: int = 16
     api_keys: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
+    host: str = "127.0.0.1"  # the address listened on: a loopback one turns the Host check on
+    allowed_hosts: tuple[str, ...] = ()  # extra Host names accepted ('*': any)
     webui: bool = True
     timeout_s: float = 3600.0
     max_body_bytes: int = 16 * 1024 * 1024
+    header_timeout_s: float = 15.0  # a request's headers must arrive within this (slow-loris clients)
+    body_timeout_s: float = 120.0  # ... and its body within this once the route starts reading it
+    max_connections: int = 256  # open connections at once; beyond it a new one gets 503 and is closed
     sse_ping_s: float = 30.0
     decode: str | None = None
     threshold: float | None = None
@@ -39,6 +47,19 @@ class ServerSettings:
     @property
     def allows_any_origin(self) -> bool:
         return "*" in self.cors_origins
+
+    def host_names(self) -> frozenset[str] | None:
+        """Host header names accepted (lower case, port stripped), or None when any Host is.
+
+        A loopback server answers only to local names (plus --allowed-hosts); a server open to the
+        network is reached under names we cannot know, so it checks only when --allowed-hosts is set.
+        """
+        if "*" in self.allowed_hosts:
+            return None
+        loopback = self.host in LOOPBACK_ADDRESSES or self.host.startswith("127.")
+        if not loopback and not self.allowed_hosts:
+            return None
+        return frozenset(LOCAL_HOSTS) | {h.strip().lower().rstrip(".") for h in self.allowed_hosts if h.strip()}
 
     def origin_regex(self) -> str:
         """One regex for the allowed origins: localhost always, plus the listed ones exactly."""

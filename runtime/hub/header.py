@@ -81,7 +81,7 @@ def read_header(meta: remote.FileMeta, repo: str, token: str | None = None,
         try:
             return parse_header(buf, file_size=meta.size, name=PurePosixPath(meta.path).name), len(buf)
         except HeaderTruncated as more:
-            if len(buf) >= meta.size:
+            if len(buf) >= meta.size or more.needed > meta.size:
                 raise ModelFileError(f"{meta.path}: truncated file (ends inside the GGUF header)") from None
             if len(buf) >= MAX_HEADER:
                 raise ModelFileError(f"{meta.path}: GGUF header larger than {MAX_HEADER >> 20} MiB") from None
