@@ -171,7 +171,7 @@ def test_serve_prints_the_settings_an_openai_client_needs(tmp_path):
         assert line.startswith("for OpenAI-compatible clients: "), line
         fields = dict(item.split("=", 1) for item in line.split(": ", 1)[1].split())
         assert fields == {"base_url": f"http://127.0.0.1:{port}/v1", "model": "pasted", "api_key": "none",
-                          "context_length": "512"}
+                          "context_length": "1024"}  # -c is per sequence
         client = openai.OpenAI(base_url=fields["base_url"], api_key=fields["api_key"], max_retries=0, timeout=60)
         deadline = time.monotonic() + 120
         while True:
