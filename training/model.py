@@ -167,13 +167,16 @@ class GatedDeltaNet(nn.Module):
         q, k, v = self._heads(x)
         wanted = set() if starts is None else {int(t) - 1 for t in starts.reshape(-1).tolist()}
         S = h.new_zeros(B, s.ssm_v_heads, s.ssm_state, s.gdn_v_dim)
-        decay = torch.exp(g)
+        # unbind once: indexing a row per step would make autograd zero-fill a whole-sequence gradient
+        # per step
+        rows = zip(*(a.unbind(1) for a in (q[..., None], k[..., None], v[..., None, :],
+                                           beta[..., None, None], torch.exp(g)[..., None, None])), strict=True)
         outs, kept = [], {}
-        for t in range(T):
-            S = S * decay[:, t, :, None, None]
-            e = (v[:, t] - torch.einsum("bhk,bhkv->bhv", k[:, t], S)) * beta[:, t, :, None]
-            S = S + k[:, t, :, :, None] * e[:, :, None, :]
-            outs.append(torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+        for t, (qt, kt, vt, bt, dt) in enumerate(rows):
+            S = S * dt
+            e = (vt - (kt * S).sum(-2, keepdim=True)) * bt
+            S = S + kt * e
+            outs.append((qt * S).sum(-2))
             if t in wanted:
                 kept[t] = S
         out = self._output(torch.stack(outs, dim=1), z)
