@@ -77,7 +77,9 @@ def batches(examples: list[Example], batch_tokens: int, rng: random.Random):  # 
             yield [examples[i] for i in g]
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int = 100) -> float:
+def lr_at(step: int, total: int, peak: float) -> float:
+    """Linear warm-up over the first 5% of the steps, then cosine decay to a tenth of the peak."""
+    warmup = max(1, min(100, total // 20))
     if step < warmup:
         return peak * (step + 1) / warmup
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
