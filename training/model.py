@@ -24,6 +24,7 @@ from clover_runtime.synth import SynthSpec
 from torch import Tensor, nn
 
 RIGHT_TAPS = 3  # look-ahead conv taps of the Clover block operator (`ssm_conv1d_right`)
+CHUNK = 32  # rows per chunk of the gated delta rule
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -69,6 +70,51 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     scores = torch.einsum("...nhd,...mhd->...hnm", q, k) / math.sqrt(q.shape[-1])
     p = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     return torch.einsum("...hnm,...mhd->...nhd", p, v)
+
+
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, wanted: list[int],
+               chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
+    """The gated delta rule from a zero state in the chunked (WY / UT-transform) form, batched.
+
+    q, k (B, T, nv, dk) in value-head order, v (B, T, nv, dv), beta, g (B, T, nv). Per value
+    head: S <- exp(g)·S; e = v - Sᵀk; S <- S + k ⊗ (β·e); o = Sᵀq. Inside a chunk, with Γ the
+    cumulative log decay: u = (I + A)⁻¹(βv − βe^Γ k S₀), A[i,j] = β_i e^{Γ_i−Γ_j} k_i·k_j (j < i);
+    o_i = e^{Γ_i} q_i S₀ + Σ_{j≤i} e^{Γ_i−Γ_j} (q_i·k_j) u_j; the state after row i is
+    e^{Γ_i} S₀ + Σ_{j≤i} e^{Γ_i−Γ_j} k_j u_jᵀ. Returns o (B, T, nv, dv) and the states after the
+    `wanted` rows (B, len(wanted), nv, dk, dv).
+    """
+    B, T, nv, dk = k.shape
+    dv = v.shape[-1]
+    n = -(-T // chunk)
+    pad = n * chunk - T
+
+    def chunks(x: Tensor) -> Tensor:  # (B, T, nv, ...) -> (B, nv, n, chunk, ...)
+        x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, pad)) if pad else x
+        return x.unflatten(1, (n, chunk)).movedim(3, 1)
+
+    Q, K, V = chunks(q), chunks(k), chunks(v)
+    bet, gam = chunks(beta), chunks(g).cumsum(-1)
+    lower = torch.ones(chunk, chunk, dtype=torch.bool).tril()
+    decay = (gam[..., :, None] - gam[..., None, :]).masked_fill(~lower, float("-inf")).exp()
+    kk = (K @ K.transpose(-1, -2)) * decay * bet[..., None]
+    A = kk.masked_fill(~torch.ones(chunk, chunk, dtype=torch.bool).tril(-1), 0.0) + torch.eye(chunk)
+    eg = gam.exp()
+    rhs = torch.cat([V * bet[..., None], K * (bet * eg)[..., None]], dim=-1)
+    x = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
+    qk = (Q @ K.transpose(-1, -2)) * decay
+    S = q.new_zeros(B, nv, dk, dv)
+    outs, kept = [], {}
+    for c in range(n):
+        u = x[:, :, c, :, :dv] - x[:, :, c, :, dv:] @ S
+        outs.append((Q[:, :, c] * eg[:, :, c, :, None]) @ S + qk[:, :, c] @ u)
+        for t in (t for t in wanted if c * chunk <= t < (c + 1) * chunk):
+            i = t - c * chunk
+            w = decay[:, :, c, i, :, None] * K[:, :, c]  # (B, nv, chunk, dk), zero past row i
+            kept[t] = eg[:, :, c, i, None, None] * S + w.transpose(-1, -2) @ u
+        S = S * eg[:, :, c, -1, None, None] + (K[:, :, c] * decay[:, :, c, -1, :, None]).transpose(-1, -2) @ u
+    o = torch.stack(outs, dim=2).flatten(2, 3)[:, :, :T].transpose(1, 2)
+    states = torch.stack([kept[t] for t in wanted], dim=1) if wanted else q.new_zeros(B, 0, nv, dk, dv)
+    return o, states
 
 
 class Attention(nn.Module):
@@ -134,6 +180,7 @@ class GatedDeltaNet(nn.Module):
         self.bd_scale = _param(nv, value=2.0 * math.sqrt(s.ssm_state))
         self.bd_hist_bias = _param(nv, value=math.log(16.0))
         self.bd_hist_c = _param(nv, value=0.5)
+        self.chunk = CHUNK
 
     @property
     def ssm_a(self) -> Tensor:
@@ -165,28 +212,14 @@ class GatedDeltaNet(nn.Module):
         padded = F.pad(u, (0, 0, K - 1, 0))
         x = sum(padded[:, j:j + T] * self.conv[:, j] for j in range(K))
         q, k, v = self._heads(x)
-        wanted = set() if starts is None else {int(t) - 1 for t in starts.reshape(-1).tolist()}
-        S = h.new_zeros(B, s.ssm_v_heads, s.ssm_state, s.gdn_v_dim)
-        # unbind once: indexing a row per step would make autograd zero-fill a whole-sequence gradient
-        # per step
-        rows = zip(*(a.unbind(1) for a in (q[..., None], k[..., None], v[..., None, :],
-                                           beta[..., None, None], torch.exp(g)[..., None, None])), strict=True)
-        outs, kept = [], {}
-        for t, (qt, kt, vt, bt, dt) in enumerate(rows):
-            S = S * dt
-            e = (vt - (kt * S).sum(-2, keepdim=True)) * bt
-            S = S + kt * e
-            outs.append((qt * S).sum(-2))
-            if t in wanted:
-                kept[t] = S
-        out = self._output(torch.stack(outs, dim=1), z)
+        wanted = sorted(set() if starts is None else {int(t) - 1 for t in starts.reshape(-1).tolist()})
+        o, kept = delta_rule(q, k, v, beta, g, wanted, self.chunk)
+        out = self._output(o, z)
         if hn is None:
             return out, None
         assert starts is not None
-        order = sorted(kept)
-        states = torch.stack([kept[t] for t in order], dim=1)  # (B, n_kept, nv, dk, dv)
-        where = torch.tensor([order.index(int(t) - 1) for t in starts.reshape(-1).tolist()]).view(starts.shape)
-        S0 = states[torch.arange(B)[:, None], where]  # (B, nb, nv, dk, dv)
+        where = torch.tensor([wanted.index(int(t) - 1) for t in starts.reshape(-1).tolist()]).view(starts.shape)
+        S0 = kept[torch.arange(B)[:, None], where]  # (B, nb, nv, dk, dv)
         ring_rows = starts[..., None] - (K - 1) + torch.arange(K - 1)  # rows of u before each block
         ring = padded[torch.arange(B)[:, None, None], ring_rows + (K - 1)]  # (B, nb, K-1, conv_dim)
         return out, self.block(hn, ring, S0)

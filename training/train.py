@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(args.seed)
     feed = batches(examples, args.batch_tokens, random.Random(args.seed))
     log: list[dict] = []
-    start = time.perf_counter()
+    start, cpu0 = time.perf_counter(), time.process_time()
     step = 0
     while step < args.steps:
         if args.minutes is not None and time.perf_counter() - start > args.minutes * 60:
@@ -145,11 +145,13 @@ def main(argv: list[str] | None = None) -> int:
         step += 1
         if step % args.log_every == 0 or step == 1:
             row = {"step": step, "seconds": round(time.perf_counter() - start, 1),
+                   "cpu_seconds": round(time.process_time() - cpu0, 1),
                    **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
             log.append(row)
             print(json.dumps(row), flush=True)
-    elapsed = time.perf_counter() - start
-    print(f"{step} steps in {elapsed:.0f} s ({elapsed / max(step, 1):.2f} s/step)", flush=True)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    print(f"{step} steps in {elapsed:.0f} s ({elapsed / max(step, 1):.2f} s/step; CPU time "
+          f"{cpu / max(step, 1):.2f} s/step on {args.threads} thread(s))", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     model.eval()
     tensors = model.gguf_tensors()
