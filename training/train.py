@@ -33,14 +33,13 @@ from objectives import Example, example, losses, make_batch  # noqa: E402
 BALANCE_WEIGHT = 0.01
 
 
-def demo_spec(n_vocab: int, *, hidden: int = 128, layers: int = 4, experts: int = 8, expert_ff: int = 128,
+def demo_spec(n_vocab: int, *, hidden: int = 160, layers: int = 8, experts: int = 8, expert_ff: int = 128,
               block_length: int = 32) -> SynthSpec:
     """The demo model's shape: the Clover pattern (3 Gated DeltaNet layers per attention layer),
     top-2 routed experts plus a shared expert, tied embeddings; every row a multiple of 32 (Q8_0)."""
-    heads = max(2, hidden // 32)
     return SynthSpec(
-        hidden=hidden, n_layer=layers, full_attention_interval=4, n_head=heads, n_head_kv=max(1, heads // 2),
-        head_dim=32, rope_dim=16, ssm_k_heads=max(1, heads // 2), ssm_v_heads=heads, ssm_state=32,
+        hidden=hidden, n_layer=layers, full_attention_interval=4, n_head=4, n_head_kv=2,
+        head_dim=32, rope_dim=16, ssm_k_heads=2, ssm_v_heads=4, ssm_state=32,
         n_expert=experts, n_expert_used=2, expert_ff=expert_ff, shared_ff=expert_ff, n_vocab=n_vocab,
         tied_output=True, context_length=4096, block_length=block_length, threshold=0.9, shift_logits=True,
         name="clover-demo",
@@ -92,8 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=2400, help="optimizer steps (reproducible)")
     p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time instead")
     p.add_argument("--out", type=Path, default=Path("build/demo"))
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--hidden", type=int, default=160)
+    p.add_argument("--layers", type=int, default=8)
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--expert-ff", type=int, default=128)
     p.add_argument("--vocab-size", type=int, default=2048)
