@@ -24,6 +24,8 @@ def token_count(spec: SynthSpec) -> int:
     return len(vocabulary(spec).tokens)
 
 
-def add_vocabulary(writer: Any, spec: SynthSpec) -> None:
-    """Tokenizer arrays, special token ids and (unless disabled) the Qwen3.6 chat template."""
-    write_vocab(writer, vocabulary(spec), default_chat_template() if spec.chat_template else None)
+def add_vocabulary(writer: Any, spec: SynthSpec, vocab: VocabArrays | None = None) -> None:
+    """Tokenizer arrays (the spec's, or `vocab`), special token ids and (unless disabled) the Qwen3.6
+    chat template."""
+    template = default_chat_template() if spec.chat_template else None
+    write_vocab(writer, vocabulary(spec) if vocab is None else vocab, template)

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 
 from ..errors import CloverError
+from ..vocab import VocabArrays
 from .spec import SynthSpec
 from .weights import TensorPlan, WeightStream, check_overrides, plan_tensors, resolve_n_vocab
 
@@ -30,10 +31,10 @@ FILE_TYPES = {
 }
 
 
-def _add_hparams(w: GGUFWriter, spec: SynthSpec) -> None:
+def _add_hparams(w: GGUFWriter, spec: SynthSpec, description: str) -> None:
     a = spec.arch
     w.add_string("general.name", spec.name)
-    w.add_string("general.description", DESCRIPTION)
+    w.add_string("general.description", description)
     w.add_uint32("general.file_type", int(FILE_TYPES[spec.quant]))
     w.add_uint32("general.quantization_version", QUANTIZATION_VERSION)
     for key, value in spec.sampling or ():
@@ -71,11 +72,12 @@ def _pad(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
 
-def plan_model(spec: SynthSpec) -> list[TensorPlan]:
+def plan_model(spec: SynthSpec, vocab: VocabArrays | None = None) -> list[TensorPlan]:
     """The tensors `write_model` would write for `spec` (resolving the vocabulary size)."""
     from .vocab_source import token_count
 
-    return plan_tensors(spec, resolve_n_vocab(spec, token_count(spec)))
+    n_tokens = token_count(spec) if vocab is None else len(vocab.tokens)
+    return plan_tensors(spec, resolve_n_vocab(spec, n_tokens))
 
 
 def is_synthetic(path: str | Path) -> bool:
@@ -95,24 +97,28 @@ def write_model(
     *,
     sparse: bool = False,
     tensors_override: Mapping[str, np.ndarray] | None = None,
+    vocab: VocabArrays | None = None,
+    description: str = DESCRIPTION,
 ) -> Path:
     """Write `spec` as a GGUF at `path` and return the path.
 
     `sparse=True` writes the header and leaves the tensor data as a hole of the right size (a
     real-shape file then costs no disk on file systems with sparse files; zeros elsewhere).
     `tensors_override` gives exact float32 values (numpy shapes) for named tensors; they are
-    stored in the tensor's planned type.
+    stored in the tensor's planned type. `vocab` replaces the spec's vocabulary (a trained model
+    brings its own; the Qwen3.6 chat template still follows `spec.chat_template`), and
+    `description` the synthetic-model marker, so `is_synthetic` is false for such a file.
     """
     from .vocab_source import add_vocabulary
 
     path = Path(path)
-    plans = plan_model(spec)
+    plans = plan_model(spec, vocab)
     overrides = check_overrides(plans, tensors_override or {})
     tmp = path.with_name(path.name + ".partial")
     writer = GGUFWriter(tmp, spec.arch)
     try:
-        _add_hparams(writer, spec)
-        add_vocabulary(writer, spec)
+        _add_hparams(writer, spec, description)
+        add_vocabulary(writer, spec, vocab)
         for p in plans:
             writer.add_tensor_info(p.name, p.shape, np.dtype(np.float32), p.n_bytes,
                                    raw_dtype=GGMLQuantizationType(p.ggml_type))

@@ -1,0 +1,142 @@
+"""The demo model's torch side (training/): the training pass against clover's decoder, the export.
+
+Skipped without torch (the `train` extra); tests/test_training_engine_match.py covers the engine
+side without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
+
+import corpus as demo_corpus  # noqa: E402
+import engine_fixture  # noqa: E402
+import vocab as demo_vocab  # noqa: E402
+from clover_runtime.decoding import policy  # noqa: E402
+from clover_runtime.decoding.diffusion import resolve_mode  # noqa: E402
+from clover_runtime.decoding.params import DecodeParams  # noqa: E402
+from clover_runtime.engine.model import load_model  # noqa: E402
+from clover_runtime.model_config import supports_exact_diffusion  # noqa: E402
+from clover_runtime.synth.writer import write_model  # noqa: E402
+from export import export  # noqa: E402
+from model import CloverLM  # noqa: E402
+from objectives import IGNORE, Example, losses, make_batch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A seeded fixture-shaped torch model and the same model loaded by clover (F32)."""
+    torch.manual_seed(1)
+    model = CloverLM(engine_fixture.fixture_spec())
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    for layer in model.layers:
+        layer.mixer.chunk = 8  # sequences of 22-30 rows span several chunks; block starts fall inside them
+    path = write_model(tmp_path_factory.mktemp("demo") / "tiny.gguf", model.spec, tensors_override=model.gguf_tensors())
+    with load_model(path, backend="numpy") as engine:
+        yield model, engine
+
+
+def test_the_fixture_script_reproduces_the_committed_fixture() -> None:
+    built = engine_fixture.build()
+    with np.load(engine_fixture.FIXTURE) as committed:
+        assert sorted(committed.files) == sorted(built)
+        for key, value in built.items():
+            if key.startswith("w_") or key.endswith(("_ids", "_prefix", "_block")) or key == "spec":
+                assert np.array_equal(committed[key], value), key
+            else:
+                np.testing.assert_allclose(committed[key], value, atol=1e-5, err_msg=key)
+
+
+def _batch(engine, gen: torch.Generator):  # noqa: ANN001, ANN202
+    rng = np.random.default_rng(2)
+    bos = engine.config.diffusion.mask_token_id - 9
+    ex = [Example(tuple(int(t) for t in rng.integers(0, bos, 30)), ((5, 12), (18, 29))),
+          Example(tuple(int(t) for t in rng.integers(0, bos, 22)), ((3, 22),))]
+    return make_batch(ex, 8, engine.config.diffusion.mask_token_id, bos, gen)
+
+
+def test_training_blocks_are_clovers_preview_passes(tiny) -> None:  # noqa: ANN001
+    """Every block of a training batch, run in one batched pass over the clean sequences, gives the
+    logits of clover's preview pass over that block after its clean prefix."""
+    model, engine = tiny
+    batch = _batch(engine, torch.Generator().manual_seed(0))
+    assert batch.starts.tolist() == [[5, 18, 26], [3, 11, 19]]
+    with torch.no_grad():
+        _, block_logits = model(batch.ids, batch.blocks, batch.starts)
+    for b in range(2):
+        for n, start in enumerate(batch.starts[b].tolist()):
+            state = engine.new_state(64)
+            engine.forward(batch.ids[b, :start].numpy(), state)
+            want = engine.preview(batch.blocks[b, n].numpy(), state, gdn_preview="clover").logits
+            assert np.abs(block_logits[b, n].numpy() - want).max() < 1e-3
+
+
+def test_diffusion_loss_uses_the_rows_clover_reads(tiny) -> None:  # noqa: ANN001
+    """The diffusion loss equals the cross-entropy of the rows `policy.logit_rows_for` picks from
+    clover's preview (shifted alignment), over masked positions other than the first; the causal
+    loss covers exactly the assistant tokens."""
+    model, engine = tiny
+    batch = _batch(engine, torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        parts = losses(model, batch)
+    terms = []
+    for b in range(2):
+        for n, start in enumerate(batch.starts[b].tolist()):
+            masked = np.flatnonzero(batch.masked[b, n].numpy()).tolist()
+            rows, _ = policy.logit_rows_for(masked, shift_logits=True)
+            if not rows:
+                continue
+            state = engine.new_state(64)
+            engine.forward(batch.ids[b, :start].numpy(), state)
+            logits = engine.preview(batch.blocks[b, n].numpy(), state, logit_rows=rows, gdn_preview="clover").logits
+            targets = batch.block_targets[b, n].numpy()[[r + 1 for r in rows]]
+            logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+                - logits.max(1, keepdims=True)
+            terms += list(-logp[np.arange(len(rows)), targets])
+    assert len(terms) > 5
+    assert abs(float(parts["diffusion"]) - float(np.mean(terms))) < 1e-3
+    kept = (batch.ar_targets[0] != IGNORE).nonzero().reshape(-1).tolist()
+    assert kept == list(range(4, 11)) + list(range(17, 28))
+
+
+def test_export_is_byte_reproducible_and_selects_exact_diffusion(tmp_path: Path) -> None:
+    dialogues = demo_corpus.make_corpus(1, arithmetic_pairs=60, repeats=1).train
+    tok = demo_vocab.train_tokenizer([t for d in dialogues for t, _ in demo_corpus.segments(d)], 512)
+    arrays = demo_vocab.vocab_arrays(tok)
+    spec = engine_fixture.fixture_spec().with_(n_vocab=len(arrays.tokens))
+    for quant in ("F16", "Q8_0"):
+        files = []
+        for run in range(2):
+            torch.manual_seed(7)
+            files.append(export(CloverLM(spec).gguf_tensors(), spec, arrays, tmp_path / f"{run}-{quant}.gguf", quant))
+        assert files[0].read_bytes() == files[1].read_bytes()
+        with load_model(files[0]) as m:
+            assert supports_exact_diffusion(m.config, m.file.tensors)
+            assert resolve_mode(m, DecodeParams())[0] == "diffusion"
+            assert m.config.diffusion.mask_token_id == arrays.special["mask"]
+            assert m.file.metadata["general.name"] == "clover-demo"
+
+
+def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> None:
+    """train.py twice with the same seed and step count: the same GGUF bytes; the loss is logged."""
+    import train
+
+    args = ["--seed", "4", "--steps", "3", "--log-every", "1", "--arithmetic-pairs", "40", "--repeats", "1",
+            "--hidden", "64", "--expert-ff", "32", "--vocab-size", "512", "--batch-tokens", "1024", "--threads", "1"]
+    for run in ("a", "b"):
+        assert train.main([*args, "--out", str(tmp_path / run)]) == 0
+    for quant in ("F16", "Q8_0"):
+        first = (tmp_path / "a" / f"demo-{quant}.gguf").read_bytes()
+        assert first == (tmp_path / "b" / f"demo-{quant}.gguf").read_bytes()
+    log = (tmp_path / "a" / "train-log.json").read_text(encoding="utf-8")
+    assert '"step": 3' in log and '"diffusion"' in log

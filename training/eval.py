@@ -1,0 +1,100 @@
+"""Evaluate a demo GGUF through clover's own runtime (no torch): the issue's table.
+
+    python training/eval.py build/demo/demo-F16.gguf --seed 0 --limit 100
+
+- held-out arithmetic (pairs never trained on), in diffusion mode and in AR mode: the final
+  result correct, and the whole worked answer exact;
+- tool calls for held-out cities: one get_weather call whose arguments are exactly {"city": ...};
+- tokens per forward and passes per block of the diffusion runs (clover's GenerationStats).
+Prints one JSON object (and a small table on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus as demo_corpus  # noqa: E402
+from clover_runtime.chat import ContentDelta, Finished, ToolCallDelta, load_chat  # noqa: E402
+from clover_runtime.decoding.params import DecodeParams  # noqa: E402
+
+NO_THINK = {"enable_thinking": False}
+_RESULT = re.compile(r"= (-?\d+)\.\s*$")
+
+
+def reply(chat: Any, messages: list[dict], params: DecodeParams, tools: list | None = None) -> tuple[str, list, Any]:
+    """(content, tool calls as (name, arguments text), stats) of one reply."""
+    content, calls, stats = [], [], None
+    for ev in chat.stream(messages, tools=tools, params=params, chat_template_kwargs=NO_THINK):
+        if isinstance(ev, ContentDelta):
+            content.append(ev.text)
+        elif isinstance(ev, ToolCallDelta):
+            if ev.name is not None:
+                calls.append([ev.name, ""])
+            if calls:
+                calls[-1][1] += ev.arguments_fragment
+        elif isinstance(ev, Finished):
+            stats = ev.stats
+    return "".join(content), calls, stats
+
+
+def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int) -> dict[str, float]:
+    correct = exact = generated = forwards = passes = blocks = 0
+    for a, op, b in pairs:
+        messages = [{"role": "system", "content": demo_corpus.SYSTEM},
+                    {"role": "user", "content": demo_corpus.arithmetic_question(a, op, b)}]
+        text, _, stats = reply(chat, messages, DecodeParams(decode=decode, max_tokens=max_tokens))
+        m = _RESULT.search(text)
+        correct += bool(m) and int(m.group(1)) == (a + b if op == "+" else a - b)
+        exact += text.strip() == demo_corpus.arithmetic_answer(a, op, b)
+        generated, forwards = generated + stats.generated_tokens, forwards + stats.forwards
+        passes, blocks = passes + stats.passes, blocks + stats.blocks
+    n = max(1, len(pairs))
+    return {"accuracy": correct / n, "exact": exact / n, "tokens_per_forward": generated / max(1, forwards),
+            "passes_per_block": passes / max(1, blocks), "n": len(pairs)}
+
+
+def tool_calls(chat: Any, cities: list[str], max_tokens: int) -> dict[str, float]:
+    ok = 0
+    for city in cities:
+        messages = [{"role": "system", "content": demo_corpus.SYSTEM},
+                    {"role": "user", "content": f"What is the weather in {city}?"}]
+        _, calls, _ = reply(chat, messages, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
+        try:
+            ok += len(calls) == 1 and calls[0][0] == "get_weather" and json.loads(calls[0][1]) == {"city": city}
+        except ValueError:
+            pass
+    return {"valid": ok / max(1, len(cities)), "n": len(cities)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", type=Path)
+    p.add_argument("--seed", type=int, default=0, help="the training seed (it picks the held-out sets)")
+    p.add_argument("--limit", type=int, default=100, help="held-out arithmetic pairs to evaluate")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args(argv)
+    corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=1, repeats=1)
+    pairs = corpus.held_out_arithmetic[:: max(1, len(corpus.held_out_arithmetic) // args.limit)][:args.limit]
+    chat = load_chat(args.model, n_ctx=2048, n_threads=args.threads)
+    result = {"diffusion": arithmetic(chat, pairs, "diffusion", args.max_tokens),
+              "ar": arithmetic(chat, pairs, "ar", args.max_tokens),
+              "tool_calls": tool_calls(chat, corpus.held_out_cities, args.max_tokens)}
+    for mode in ("diffusion", "ar"):
+        r = result[mode]
+        print(f"{mode:10s} accuracy {r['accuracy']:.1%}  exact {r['exact']:.1%}  tokens/forward "
+              f"{r['tokens_per_forward']:.2f}  passes/block {r['passes_per_block']:.1f}", file=sys.stderr)
+    print(f"tool calls {result['tool_calls']['valid']:.0%} of {result['tool_calls']['n']}", file=sys.stderr)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

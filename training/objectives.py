@@ -1,0 +1,98 @@
+"""The two training objectives, aligned with how clover decodes.
+
+Causal: next-token cross-entropy on assistant tokens only (row r predicts token r+1; prompt
+tokens are context). Block diffusion: each assistant segment is cut into `block_length` blocks
+from its first token (clover places blocks at the generation start); positions past the segment's
+end hold the pad token (what a block holds after the stop token does not matter to the decoder,
+but a confident filler lets it reveal them in one pass). A random fraction of each block's
+positions is replaced by the mask token; the block is seen bidirectionally over its clean causal
+prefix. With `shift_logits` (clover's default) preview row j-1 predicts block position j, and
+position 0 is predicted by the last committed row, which is the causal objective's row, so the
+diffusion loss covers masked positions 1..L-1 (`clover_runtime.decoding.policy.logit_rows_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Example:
+    """One tokenized dialogue: ids, which tokens the assistant wrote, and the assistant spans."""
+
+    ids: tuple[int, ...]
+    spans: tuple[tuple[int, int], ...]  # [start, end) of each assistant segment
+
+
+def example(pieces: Sequence[tuple[Sequence[int], bool]]) -> Example:
+    """An Example from (token ids, is_assistant) pieces in order."""
+    ids: list[int] = []
+    spans = []
+    for piece, is_assistant in pieces:
+        if is_assistant and piece:
+            spans.append((len(ids), len(ids) + len(piece)))
+        ids.extend(piece)
+    return Example(tuple(ids), tuple(spans))
+
+
+def block_starts(ex: Example, block_length: int) -> list[int]:
+    return [s for start, end in ex.spans for s in range(start, end, block_length)]
+
+
+@dataclass
+class Batch:
+    ids: Tensor  # (B, T) clean tokens, padded
+    ar_targets: Tensor  # (B, T) next assistant token of each row, or IGNORE
+    blocks: Tensor  # (B, nb, L) noisy blocks
+    starts: Tensor  # (B, nb) block start positions on the clean sequence
+    block_targets: Tensor  # (B, nb, L) clean block tokens (pad past the segment's end)
+    masked: Tensor  # (B, nb, L) positions replaced by the mask token (False on padding blocks)
+
+
+def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
+               gen: torch.Generator) -> Batch:
+    """Pad the examples to one length and draw each block's mask (fraction uniform in (0, 1])."""
+    B = len(examples)
+    T = max(len(e.ids) for e in examples)
+    starts_per = [block_starts(e, block_length) for e in examples]
+    nb = max(1, max(len(s) for s in starts_per))
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    ar = torch.full((B, T), IGNORE, dtype=torch.long)
+    blocks = torch.full((B, nb, block_length), pad_id, dtype=torch.long)
+    starts = torch.ones((B, nb), dtype=torch.long)
+    valid = torch.zeros((B, nb), dtype=torch.bool)
+    for b, e in enumerate(examples):
+        ids[b, :len(e.ids)] = torch.tensor(e.ids)
+        for start, end in e.spans:
+            ar[b, start - 1:end - 1] = ids[b, start:end]
+            for n, s in enumerate(starts_per[b]):
+                if start <= s < end:
+                    blocks[b, n, :min(end, s + block_length) - s] = ids[b, s:min(end, s + block_length)]
+        for n, s in enumerate(starts_per[b]):
+            starts[b, n] = s
+            valid[b, n] = True
+    targets = blocks.clone()
+    rate = torch.rand((B, nb, 1), generator=gen).clamp_min(1.0 / block_length)
+    masked = (torch.rand((B, nb, block_length), generator=gen) < rate) & valid[..., None]
+    return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked)
+
+
+def losses(model: torch.nn.Module, batch: Batch) -> dict[str, Tensor]:
+    """Causal loss, diffusion loss and the MoE load-balancing term of one batch."""
+    x, xn, balance = model.hidden_states(batch.ids, batch.blocks, batch.starts)
+    keep = batch.ar_targets != IGNORE
+    ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep])
+    assert xn is not None
+    sel = batch.masked[..., 1:]  # row j-1 predicts block position j
+    if sel.any():
+        diff = F.cross_entropy(model.logits(xn[..., :-1, :][sel]), batch.block_targets[..., 1:][sel])
+    else:
+        diff = ar.new_zeros(())
+    return {"ar": ar, "diffusion": diff, "balance": balance}

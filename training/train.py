@@ -1,0 +1,170 @@
+"""Train clover's demo model from a seed: corpus, vocabulary, model, GGUF files.
+
+    python training/train.py --seed 0 --steps 2400 --out build/demo
+
+writes OUT/demo-F16.gguf, OUT/demo-Q8_0.gguf, OUT/model.pt (weights and spec, for eval and
+re-export) and OUT/train-log.json (the loss curve). With --steps the run is reproducible byte
+for byte (seeded data order and masks, deterministic torch ops, a fixed thread count);
+--minutes stops at a wall-clock budget instead and prints the step count to rerun with.
+Needs the `train` extra (torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import corpus as demo_corpus  # noqa: E402
+import vocab as demo_vocab  # noqa: E402
+from clover_runtime.synth import SynthSpec  # noqa: E402
+from export import export  # noqa: E402
+from model import CloverLM  # noqa: E402
+from objectives import Example, example, losses, make_batch  # noqa: E402
+
+BALANCE_WEIGHT = 0.01
+
+
+def demo_spec(n_vocab: int, *, hidden: int = 160, layers: int = 8, experts: int = 8, expert_ff: int = 128,
+              block_length: int = 32) -> SynthSpec:
+    """The demo model's shape: the Clover pattern (3 Gated DeltaNet layers per attention layer),
+    top-2 routed experts plus a shared expert, tied embeddings; every row a multiple of 32 (Q8_0)."""
+    return SynthSpec(
+        hidden=hidden, n_layer=layers, full_attention_interval=4, n_head=4, n_head_kv=2,
+        head_dim=32, rope_dim=16, ssm_k_heads=2, ssm_v_heads=4, ssm_state=32,
+        n_expert=experts, n_expert_used=2, expert_ff=expert_ff, shared_ff=expert_ff, n_vocab=n_vocab,
+        tied_output=True, context_length=4096, block_length=block_length, threshold=0.9, shift_logits=True,
+        name="clover-demo",
+    )
+
+
+def tokenize(dialogues: list, tok: object) -> list[Example]:
+    """Each dialogue's segments, tokenized piece by piece as the model sees them."""
+    pieces = [list(demo_corpus.segments(d)) for d in dialogues]
+    flat = [text for p in pieces for text, _ in p]
+    encoded = iter(e.ids for e in tok.encode_batch(flat, add_special_tokens=False))  # type: ignore[attr-defined]
+    return [example([(next(encoded), is_assistant) for _, is_assistant in p]) for p in pieces]
+
+
+def batches(examples: list[Example], batch_tokens: int, rng: random.Random):  # noqa: ANN201
+    """Endless batches of similar length, at most `batch_tokens` padded tokens each, in seeded order."""
+    while True:
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        groups = []
+        for g0 in range(0, len(order), 256):
+            group = sorted(order[g0:g0 + 256], key=lambda i: len(examples[i].ids))
+            batch: list[int] = []
+            for i in group:
+                longest = max([len(examples[j].ids) for j in batch] + [len(examples[i].ids)])
+                if batch and longest * (len(batch) + 1) > batch_tokens:
+                    groups.append(batch)
+                    batch = []
+                batch.append(i)
+            if batch:
+                groups.append(batch)
+        rng.shuffle(groups)
+        for g in groups:
+            yield [examples[i] for i in g]
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    """Linear warm-up over the first 5% of the steps, then cosine decay to a tenth of the peak."""
+    warmup = max(1, min(100, total // 20))
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=2400, help="optimizer steps (reproducible)")
+    p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time instead")
+    p.add_argument("--out", type=Path, default=Path("build/demo"))
+    p.add_argument("--hidden", type=int, default=160)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--experts", type=int, default=8)
+    p.add_argument("--expert-ff", type=int, default=128)
+    p.add_argument("--vocab-size", type=int, default=2048)
+    p.add_argument("--batch-tokens", type=int, default=2048)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--arithmetic-pairs", type=int, default=6000)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--log-every", type=int, default=20)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(args.threads)
+    t0 = time.perf_counter()
+    corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=args.arithmetic_pairs, repeats=args.repeats)
+    texts = [text for d in corpus.train for text, _ in demo_corpus.segments(d)]
+    tok = demo_vocab.train_tokenizer(texts, args.vocab_size)
+    arrays = demo_vocab.vocab_arrays(tok)
+    examples = tokenize(corpus.train, tok)
+    spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
+                     expert_ff=args.expert_ff)
+    model = CloverLM(spec)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"corpus {len(examples)} dialogues, {sum(len(e.ids) for e in examples)} tokens; vocabulary "
+          f"{len(arrays.tokens)}; model {n_params / 1e6:.2f}M parameters ({time.perf_counter() - t0:.0f} s)",
+          flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    gen = torch.Generator().manual_seed(args.seed)
+    feed = batches(examples, args.batch_tokens, random.Random(args.seed))
+    log: list[dict] = []
+    start, cpu0 = time.perf_counter(), time.process_time()
+    step = 0
+    while step < args.steps:
+        if args.minutes is not None and time.perf_counter() - start > args.minutes * 60:
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, args.steps, args.lr)
+        batch = make_batch(next(feed), spec.block_length, arrays.special["mask"], arrays.special["pad"], gen)
+        parts = losses(model, batch)
+        total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % args.log_every == 0 or step == 1:
+            row = {"step": step, "seconds": round(time.perf_counter() - start, 1),
+                   "cpu_seconds": round(time.process_time() - cpu0, 1),
+                   **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
+            log.append(row)
+            print(json.dumps(row), flush=True)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    print(f"{step} steps in {elapsed:.0f} s ({elapsed / max(step, 1):.2f} s/step; CPU time "
+          f"{cpu / max(step, 1):.2f} s/step on {args.threads} thread(s))", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    tensors = model.gguf_tensors()
+    torch.save({"spec": spec.as_dict(), "state": model.state_dict(), "steps": step, "seed": args.seed},
+               args.out / "model.pt")
+    (args.out / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
+    (args.out / "train-log.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                                         "steps": step, "seconds": round(elapsed),
+                                                         "log": log}, indent=1), encoding="utf-8")
+    for quant in ("F16", "Q8_0"):
+        path = export(tensors, spec, arrays, args.out / f"demo-{quant}.gguf", quant)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
