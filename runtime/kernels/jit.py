@@ -7,6 +7,7 @@ run compiles (seconds per kernel), later runs load the cached machine code (a fr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -54,6 +55,11 @@ njit = numba.njit
 prange = numba.prange
 
 
+@functools.cache
+def _default_threads() -> int:
+    return default_threads()
+
+
 def default_threads() -> int:
     """Physical cores (hyper-threads share the vector units the kernels saturate)."""
     try:
@@ -73,7 +79,8 @@ def set_threads(n: int | None) -> int:
     """
     from .blas import set_blas_threads
 
-    limit = numba.config.NUMBA_NUM_THREADS
-    numba.set_num_threads(max(1, min(int(n or default_threads()), limit)))
+    want = max(1, min(int(n or _default_threads()), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != want:
+        numba.set_num_threads(want)
     set_blas_threads(1)
-    return numba.get_num_threads()
+    return want
