@@ -4,7 +4,10 @@ Two backends compute the products. "numpy" (the reference path) dequantizes with
 `clover_runtime.quants` and multiplies with BLAS, keeping dequantized matrices in a cache bounded by
 `cache_bytes` (least recently used first out; a matrix larger than the budget is streamed in row
 blocks and never held whole). "numba" multiplies straight from the quantized bytes with the fused
-kernels of `clover_runtime.kernels`. Expert tensors are only ever touched one expert at a time.
+kernels of `clover_runtime.kernels`: integer dot products with 8-bit activations for Q4_0, Q8_0
+and the K-quants (llama.cpp's method; ~1e-3 of the summed magnitudes from the exact product), or,
+with `exact_kernels`, the float kernels that equal the numpy path to float32 round-off. Expert
+tensors are only ever touched one expert at a time.
 
 Everything a product needs besides its activations is done once at load: each weight matrix is
 checked and wrapped (`kernels.prepare`) into a table keyed by tensor name, and the thread settings
@@ -53,10 +56,11 @@ class Weights:
     """The tensors of one opened GGUF file, with the single entry point for weight products."""
 
     def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, exact_kernels: bool = False) -> None:
         self.file = file
         self.backend = resolve_backend(backend)
         self.n_threads = n_threads
+        self.exact_kernels = exact_kernels
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         if self.backend == "numba":
@@ -94,7 +98,8 @@ class Weights:
         if m is None:
             n_out, n_in = info.shape[-2], info.shape[-1]
             count = info.shape[0] if len(info.shape) == 3 else 1
-            m = self._kernels.prepare(self.file.raw(name), info.ggml_type, n_out, n_in, count)
+            m = self._kernels.prepare(self.file.raw(name), info.ggml_type, n_out, n_in, count,
+                                      exact=self.exact_kernels)
             self._bound[name] = m
         return m
 

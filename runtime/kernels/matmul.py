@@ -31,7 +31,9 @@ from ..quants.formats import (
     row_bytes,
 )
 from .blas import pool
+from .intmatmul import INT_KERNELS, activation_block, integer_code
 from .jit import njit, numba, prange
+from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
 
 BLAS_ROWS = 16  # activation rows from which decode + sgemm beats the fused kernel
@@ -224,7 +226,8 @@ class Matrices:
     beyond what its activation rows need.
     """
 
-    def __init__(self, raw: np.ndarray, t: int, n_out: int, n_in: int, n_matrices: int | None):
+    def __init__(self, raw: np.ndarray, t: int, n_out: int, n_in: int, n_matrices: int | None,
+                 exact: bool = False):
         self.t, self.n_out, self.n_in = t, n_out, n_in
         self.raw, self.count = _check_raw(raw, t, n_matrices, n_out, n_in)
         self.expert_bytes = n_out * row_bytes(t, n_in)
@@ -232,6 +235,10 @@ class Matrices:
         if self.vector:
             self.tsize, blk = GEOMETRY[t]
             self.n_blocks = n_in // blk
+        self.integer = not exact and integer_code(t, n_in)  # 8-bit activations, integer dot products
+        if self.integer:
+            self.act_block = activation_block(t)
+            self.int_blocks = n_in // GEOMETRY[t][1]
         self._dense_items: tuple[int, tuple] | None = None  # (threads, _items of matrix 0)
 
     def rows(self, e: int, row0: int, row1: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -269,6 +276,14 @@ class Matrices:
                             item_e, row0, row1, yg)
 
 
+    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, yg: np.ndarray) -> None:
+        """All rows of the given experts through the integer kernel, in one compiled call."""
+        if not len(experts):
+            return
+        item_e, row0, row1 = self._items(experts)
+        INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
+                            starts, item_e, row0, row1, yg)
+
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
             return _items(experts, self.n_out)
@@ -284,7 +299,9 @@ class Matrices:
             raise ValueError(f"x must be (n, {self.n_in}), got {x.shape}")
         n = x.shape[0]
         y = np.empty((n, self.n_out), np.float32)
-        if self.t == F32:
+        if self.integer:
+            self.int_grouped(quantize_rows(x, self.act_block), np.array([0, n], np.int64), _EXPERT_0, y)
+        elif self.t == F32:
             np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
         elif n >= BLAS_ROWS or not self.vector:
             _run_tiles(self.tiles(0, x, y))
@@ -315,9 +332,14 @@ class Matrices:
         order = np.argsort(flat, kind="stable")
         starts = np.zeros(self.count + 1, dtype=np.int64)
         np.cumsum(counts, out=starts[1:])
-        xg = np.ascontiguousarray(x2d[xrow[order]])
         yg = np.empty((flat.size, n_out), np.float32)
         used = np.flatnonzero(counts)
+        if self.integer:
+            self.int_grouped(quantize_rows(x2d, self.act_block).take(xrow[order]), starts, used, yg)
+            y = np.empty_like(yg)
+            y[order] = yg
+            return y.reshape(n, k, n_out)
+        xg = np.ascontiguousarray(x2d[xrow[order]])
         self.grouped(xg, starts, used[counts[used] < BLAS_ROWS], yg)
         tasks = []
         for e in used[counts[used] >= BLAS_ROWS]:
@@ -333,9 +355,14 @@ _EXPERT_0 = np.zeros(1, np.int64)
 
 
 def prepare(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int,
-            n_matrices: int | None = 1) -> Matrices:
-    """Check and wrap a weight tensor once: n_matrices (out, in) matrices (None: as many as fit)."""
-    return Matrices(raw, check_supported(ggml_type), out_features, in_features, n_matrices)
+            n_matrices: int | None = 1, *, exact: bool = False) -> Matrices:
+    """Check and wrap a weight tensor once: n_matrices (out, in) matrices (None: as many as fit).
+
+    Quantized types with integer kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) multiply with 8-bit
+    activations unless `exact`, which keeps the float kernels (the reference: results equal
+    dequantize-then-matmul to float32 round-off).
+    """
+    return Matrices(raw, check_supported(ggml_type), out_features, in_features, n_matrices, exact)
 
 
 def _run_tiles(tasks: list) -> None:
@@ -359,17 +386,18 @@ def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.
     return item_expert, row0, np.minimum(row0 + run, n_out)
 
 
-def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray) -> np.ndarray:
+def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray, *,
+           exact: bool = False) -> np.ndarray:
     """x (n, in) float32 times the (out, in) weight stored in `raw`: returns (n, out) float32."""
-    return prepare(raw, ggml_type, out_features, in_features, 1).matmul(x)
+    return prepare(raw, ggml_type, out_features, in_features, 1, exact=exact).matmul(x)
 
 
 def moe_matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray,
-               ids: np.ndarray) -> np.ndarray:
+               ids: np.ndarray, *, exact: bool = False) -> np.ndarray:
     """All routed experts of all rows: one compiled call, plus one sgemm per expert with many rows.
 
     `raw` is the 3-D expert tensor (n_expert, out, in); `ids` (n, k) the experts chosen per row;
     `x` is (n, in), shared by a row's k experts (gate/up), or (n, k, in), one input per routed
     slot (down). Returns (n, k, out) float32: y[i, j] = W[ids[i, j]] · x[i] (or x[i, j]).
     """
-    return prepare(raw, ggml_type, out_features, in_features, None).moe(x, ids)
+    return prepare(raw, ggml_type, out_features, in_features, None, exact=exact).moe(x, ids)
