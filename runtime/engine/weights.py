@@ -92,6 +92,11 @@ class Weights:
         """Names of the weight tensors whose kernel views are ready (numba backend)."""
         return frozenset(self._bound)
 
+    @property
+    def integer_tensors(self) -> frozenset[str]:
+        """Names of the weight tensors multiplied by the integer kernels (8-bit activations)."""
+        return frozenset(n for n, m in self._bound.items() if m.integer)
+
     def _bind(self, name: str, info: TensorInfo) -> object:
         """The prepared kernel view of a 2-D matrix or 3-D expert stack, built once."""
         m = self._bound.get(name)
