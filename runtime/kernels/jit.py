@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from ..paths import numba_cache_dir
@@ -53,6 +54,7 @@ if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
 
 njit = numba.njit
 prange = numba.prange
+_local = threading.local()  # the count set_threads applied in each thread
 
 
 @functools.cache
@@ -83,4 +85,11 @@ def set_threads(n: int | None) -> int:
     if numba.get_num_threads() != want:
         numba.set_num_threads(want)
     set_blas_threads(1)
+    _local.threads = want
     return want
+
+
+def current_threads() -> int:
+    """The kernels' thread count in the calling thread, as last set here (cheaper than asking numba)."""
+    n = getattr(_local, "threads", None)
+    return n if n is not None else numba.get_num_threads()

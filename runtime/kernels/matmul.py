@@ -32,7 +32,7 @@ from ..quants.formats import (
 )
 from .blas import pool
 from .intmatmul import INT_KERNELS, activation_block, integer_code
-from .jit import njit, numba, prange
+from .jit import current_threads, njit, prange
 from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
 
@@ -287,7 +287,7 @@ class Matrices:
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
             return _items(experts, self.n_out)
-        n = numba.get_num_threads()
+        n = current_threads()
         if self._dense_items is None or self._dense_items[0] != n:
             self._dense_items = (n, _items(experts, self.n_out))
         return self._dense_items[1]
@@ -367,7 +367,7 @@ def prepare(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int
 
 def _run_tiles(tasks: list) -> None:
     """Run decode + sgemm tasks on the tile pool, with BLAS itself on one thread."""
-    n = numba.get_num_threads()
+    n = current_threads()
     if n == 1 or len(tasks) == 1:
         for fn, *args in tasks:
             fn(*args)
@@ -378,7 +378,7 @@ def _run_tiles(tasks: list) -> None:
 
 def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Split each expert's output rows into runs, enough of them to keep every thread busy."""
-    want = 8 * numba.get_num_threads()
+    want = 8 * current_threads()
     run = int(min(64, max(4, -(-len(experts) * n_out // want))))
     starts = np.arange(0, n_out, run)
     item_expert = np.repeat(experts, len(starts)).astype(np.int64)

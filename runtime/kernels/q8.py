@@ -15,25 +15,39 @@ from .jit import njit, prange
 SUM_GROUP = 16  # values per entry of the block sums
 
 
+PARALLEL_ROWS = 16  # fewer rows are quantized in the calling thread (a parallel launch costs more)
+
+
+@njit(inline="always")
+def _quantize_row(x, r, block, q, d, sums):
+    n_in = x.shape[1]
+    for b in range(n_in // block):
+        amax = np.float32(0.0)
+        for i in range(b * block, (b + 1) * block):
+            v = abs(x[r, i])
+            if v > amax:
+                amax = v
+        scale = amax / np.float32(127.0)
+        d[r, b] = scale
+        for i in range(b * block, (b + 1) * block):
+            q[r, i] = np.int8(np.rint(x[r, i] / scale)) if scale > 0 else np.int8(0)
+    for g in range(n_in // SUM_GROUP):
+        s = 0
+        for i in range(g * SUM_GROUP, (g + 1) * SUM_GROUP):
+            s += q[r, i]
+        sums[r, g] = s
+
+
 @njit(cache=True, nogil=True, parallel=True)
-def _quantize_rows(x, block, q, d, sums):
-    n_rows, n_in = x.shape
-    for r in prange(n_rows):
-        for b in range(n_in // block):
-            amax = np.float32(0.0)
-            for i in range(b * block, (b + 1) * block):
-                v = abs(x[r, i])
-                if v > amax:
-                    amax = v
-            scale = amax / np.float32(127.0)
-            d[r, b] = scale
-            for i in range(b * block, (b + 1) * block):
-                q[r, i] = np.int8(np.rint(x[r, i] / scale)) if scale > 0 else np.int8(0)
-        for g in range(n_in // SUM_GROUP):
-            s = 0
-            for i in range(g * SUM_GROUP, (g + 1) * SUM_GROUP):
-                s += q[r, i]
-            sums[r, g] = s
+def _quantize_parallel(x, block, q, d, sums):
+    for r in prange(x.shape[0]):
+        _quantize_row(x, r, block, q, d, sums)
+
+
+@njit(cache=True, nogil=True)
+def _quantize_serial(x, block, q, d, sums):
+    for r in range(x.shape[0]):
+        _quantize_row(x, r, block, q, d, sums)
 
 
 class Q8Rows:
@@ -52,7 +66,8 @@ class Q8Rows:
         self.d = np.empty((n, n_in // block), np.float32)
         self.sums = np.empty((n, n_in // SUM_GROUP), np.int16)
         if n:
-            _quantize_rows(x, block, self.q, self.d, self.sums)
+            fn = _quantize_parallel if n >= PARALLEL_ROWS else _quantize_serial
+            fn(x, block, self.q, self.d, self.sums)
 
     def take(self, rows: np.ndarray) -> Q8Rows:
         """The given rows, in that order (rows of a grouped MoE call)."""
