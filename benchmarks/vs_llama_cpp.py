@@ -55,10 +55,11 @@ class _PeakRss:
         self._t.join()
 
 
-def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backend: str) -> dict:
+def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backend: str,
+            exact: bool = False) -> dict:
     from clover_runtime.engine import load_model
 
-    model = load_model(path, n_threads=threads, backend=backend)
+    model = load_model(path, n_threads=threads, backend=backend, exact_kernels=exact)
     n_ctx = max(n_prompt, n_gen) + 8
 
     def pp() -> float:
@@ -128,8 +129,8 @@ def _measure(pp, tg, n_prompt: int, n_gen: int, reps: int, warm) -> dict:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    if args.worker == "clover":
-        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend)
+    if args.worker in ("clover", "clover-exact"):
+        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend, args.worker == "clover-exact")
     else:
         out = _llama(args.model, args.threads, args.p, args.n, args.r, args.llama_extra_bufts)
     print("RESULT " + json.dumps(out), flush=True)
@@ -262,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default=None, help="use this file instead of the generated one")
     ap.add_argument("--llama-extra-bufts", action="store_true",
                     help="let llama.cpp use its AMX/repacked weight buffers (they crash in some VMs)")
-    ap.add_argument("--worker", choices=("clover", "llama"), help=argparse.SUPPRESS)
+    ap.add_argument("--with-exact", action="store_true",
+                    help="also run clover with --exact-kernels (the float kernels) in the same invocation")
+    ap.add_argument("--worker", choices=("clover", "clover-exact", "llama"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         _worker(args)
@@ -281,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model {model.name} ({size / 2**30:.2f} GiB), threads {args.threads}, "
           f"pp{args.p} / tg{args.n}, {args.r} repetitions (medians)\n")
     rows = {"clover": _run_worker("clover", args, model)}
+    if args.with_exact:
+        rows["clover (exact kernels)"] = _run_worker("clover-exact", args, model)
     if _llama_installed():
         rows["llama.cpp"] = _run_worker("llama", args, model)
     else:
@@ -294,10 +299,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {name} | {statistics.median(r['pp_ts']):.2f} | {statistics.median(r['tg_ts']):.2f} | "
               f"{r['peak_rss'] / 2**20:.0f} MiB |")
     c, ll = rows.get("clover"), rows.get("llama.cpp")
-    if c and ll:
-        pp = statistics.median(c["pp_ts"]) / statistics.median(ll["pp_ts"])
-        tg = statistics.median(c["tg_ts"]) / statistics.median(ll["tg_ts"])
-        print(f"\nratio clover / llama.cpp: pp{args.p} {pp:.2f}x, tg{args.n} {tg:.2f}x")
+    for name, r in rows.items():
+        if r and ll and name != "llama.cpp":
+            pp = statistics.median(r["pp_ts"]) / statistics.median(ll["pp_ts"])
+            tg = statistics.median(r["tg_ts"]) / statistics.median(ll["tg_ts"])
+            print(f"\nratio {name} / llama.cpp: pp{args.p} {pp:.2f}x, tg{args.n} {tg:.2f}x")
     if c:
         over = (c["peak_rss"] - size) / 2**20
         print(f"clover peak RSS - mapped file size: {over:.0f} MiB (target: KV/state + 300 MiB)")

@@ -30,6 +30,8 @@ def command(
     repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1, help="Runs per test.")] = 5,
     threads: Annotated[_L, typer.Option("-t", "--threads", help="Threads (default: physical cores).")] = None,
     backend: Annotated[_L, typer.Option("--backend", help="numba (default) or numpy.")] = None,
+    exact_kernels: Annotated[bool, typer.Option(
+        "--exact-kernels", help="numba: float kernels for quantized weights (no 8-bit activations).")] = False,
     block_length: Annotated[_L, typer.Option("--block-length", help="Diffusion block length.")] = None,
     threshold: Annotated[_L, typer.Option("--threshold", help="Diffusion reveal threshold.")] = None,
     expert_coreset: Annotated[_L, typer.Option("--expert-coreset",
@@ -91,7 +93,7 @@ def command(
     for name in names:
         path = _resolve(name, offline)
         for cfg in configs:
-            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build)
+            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build, exact_kernels)
     sys.stdout.write(render(all_records, output, build))
     sys.stdout.flush()
 
@@ -103,15 +105,19 @@ def _resolve(name: str, offline: bool) -> str:
     return str(resolve(name, offline=offline))
 
 
-def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build) -> list[dict]:
+def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact_kernels: bool) -> list[dict]:
     from clover_runtime.bench import model_facts, records, run_tests
     from clover_runtime.engine import load_model
 
-    model = load_model(path, n_threads=cfg.threads, backend=cfg.backend)
+    model = load_model(path, n_threads=cfg.threads, backend=cfg.backend, exact_kernels=exact_kernels)
     facts = model_facts(path, model)
     with _progress(len(tests) * (repetitions + int(warmup))) as tick:
         results = run_tests(model, tests, cfg, repetitions=repetitions, warmup=warmup,
                             on_progress=lambda test, i, n: tick(f"{facts.model_type}: {test.name}", i, n))
+    if exact_kernels and cfg.backend == "numba":  # say so in the backend column
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, backend="numba exact")
     return records(facts, cfg, results, build)
 
 

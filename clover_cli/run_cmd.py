@@ -59,6 +59,8 @@ def command(
     as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
     show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
     backend: str = typer.Option("auto", "--backend", help="Kernels: auto | numba | numpy.", envvar=_E + "BACKEND"),
+    exact_kernels: bool = typer.Option(False, "--exact-kernels", envvar=_E + "EXACT_KERNELS",
+                                       help="Float kernels for quantized weights (slower; no 8-bit activations)."),
     offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE"),
 ) -> None:
     """Chat with a model in the terminal, or answer one prompt (argument, -p, -f or stdin).
@@ -99,7 +101,7 @@ def command(
     if decode not in ("auto", "diffusion", "ar"):
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
-                        backend=backend, defaults=params)
+                        backend=backend, defaults=params, exact_kernels=exact_kernels)
     banner = _banner(session, prep, params)
     if session.template.is_fallback:
         console.warn("the model has no chat template; using ChatML")

@@ -37,6 +37,7 @@ class ServeOptions:
     timeout: float
     chat_template_file: Path | None
     threads: int | None
+    exact_kernels: bool
     decode: str | None
     threshold: float | None
     block_length: int | None
@@ -91,6 +92,9 @@ def command(
     threads: Annotated[int | None, typer.Option(
         "-t", "--threads", envvar=_env("THREADS"), min=1, show_default=False,
         help="CPU threads for the engine.")] = None,
+    exact_kernels: Annotated[bool, typer.Option(
+        "--exact-kernels", envvar=_env("EXACT_KERNELS"),
+        help="Float kernels for quantized weights (slower; no 8-bit activations).")] = False,
     decode: Annotated[str | None, typer.Option(
         "--decode", envvar=_env("DECODE"), show_default=False,
         help="Default decoding: auto, diffusion or ar.")] = None,
@@ -130,7 +134,7 @@ def command(
         cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
         allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
-        decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
+        exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         offline=offline)
     if chat_template_file is not None and not chat_template_file.is_file():
         raise CloverError(f"chat template file not found: {chat_template_file}")
@@ -187,6 +191,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
         args.append("--no-webui")
     if opts.chat_template_file is not None:
         args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
+    if opts.exact_kernels:
+        args.append("--exact-kernels")
     for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
                         ("--block-length", opts.block_length)):
         if value is not None:
@@ -263,7 +269,7 @@ def _foreground(opts: ServeOptions) -> None:
         from clover_runtime.chat import load_chat
 
         return load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
-                         n_threads=opts.threads)
+                         n_threads=opts.threads, exact_kernels=opts.exact_kernels)
 
     logging.basicConfig(level=logging.INFO if console.verbose() else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -259,11 +259,11 @@ class ChatSession:
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,
               n_threads: int | None = None, backend: str = "auto",
-              defaults: DecodeParams | None = None) -> ChatSession:
+              defaults: DecodeParams | None = None, exact_kernels: bool = False) -> ChatSession:
     """Load a model file (or anything `clover_runtime.load_model` resolves) as a chat session."""
     from .engine import load_model
 
-    model = load_model(model_ref, n_threads=n_threads, backend=backend)
+    model = load_model(model_ref, n_threads=n_threads, backend=backend, exact_kernels=exact_kernels)
     meta = model.file.metadata
     tokenizer = Tokenizer.from_metadata(meta)
     template = ChatTemplate.from_metadata(meta, override_path=chat_template_file)

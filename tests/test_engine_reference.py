@@ -2,8 +2,9 @@
 
 Every quant type runs twice: a model from the synthetic generator with split tensors, and a
 model from the transformers-style converter with fused `attn_qkv` / `ffn_gate_up_exps`; the tied
-LM head alternates. The numpy backend runs each sequence in one call, the numba backend in
-several calls, both with a small prefill chunk so that calls cross chunk boundaries.
+LM head alternates. The numpy backend runs each sequence in one call, the numba backend (its exact
+float kernels; the integer ones have test_kernels_int / test_engine_int) in several calls, both
+with a small prefill chunk so that calls cross chunk boundaries.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _check(path, chunk: int = 16) -> None:  # noqa: ANN001
     want = Reference(path).forward(ids)
     numpy_model.prefill_chunk = chunk
     assert_logits_close(numpy_model.forward(ids), want)
-    numba_model = load_model(path, backend="numba")
+    numba_model = load_model(path, backend="numba", exact_kernels=True)
     numba_model.prefill_chunk = chunk
     state = numba_model.new_state(64)
     got = np.concatenate([numba_model.forward(ids[a:b], state=state) for a, b in PIECES])
@@ -60,7 +61,7 @@ def test_long_sequence_crosses_default_chunk(models) -> None:  # noqa: ANN001
     path = models("synth", "Q4_K_M", tied=False)
     ids = token_ids(300, load_model(path, backend="numpy").config.n_tokens, seed=5)
     want = Reference(path).forward(ids)
-    numba_model = load_model(path, backend="numba")
+    numba_model = load_model(path, backend="numba", exact_kernels=True)
     assert numba_model.prefill_chunk == 256
     assert_logits_close(numba_model.forward(ids), want)
     numpy_model = load_model(path, backend="numpy")

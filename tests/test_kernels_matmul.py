@@ -1,4 +1,6 @@
-"""Compiled fused kernels against the numpy path: dequantize (clover_runtime.quants) then a float matmul.
+"""The exact (float) compiled kernels against the numpy path: dequantize (clover_runtime.quants) then a
+float matmul. The integer kernels, the default for quantized types, have their own tests
+(test_kernels_int.py).
 
 The dequantizer itself is checked against gguf-py in test_quants_roundtrip. All calls share one
 compiled specialization, so a cold numba cache compiles once (~10 s on CI), not once per test.
@@ -46,7 +48,7 @@ def test_matmul_equals_dequantize_then_matmul(t, n):
     n_out = 40
     raw, w = _weights(t, 1, n_out, seed=n)
     x = np.random.default_rng(100 + n).standard_normal((n, _n_in(t))).astype(np.float32)
-    y = matmul(raw, t, n_out, _n_in(t), x)
+    y = matmul(raw, t, n_out, _n_in(t), x, exact=True)
     _close(y, x.astype(np.float64) @ w[0].T.astype(np.float64), x, w[0])
 
 
@@ -61,8 +63,8 @@ def test_moe_matmul_equals_per_expert_reference(t):
     ids = np.stack([np.r_[4, rng.choice(4, k - 1, replace=False)] for _ in range(n)])
     x = rng.standard_normal((n, n_in)).astype(np.float32)
     xs = rng.standard_normal((n, k, n_in)).astype(np.float32)
-    y_shared = moe_matmul(raw, t, n_out, n_in, x, ids)
-    y_slots = moe_matmul(raw, t, n_out, n_in, xs, ids)
+    y_shared = moe_matmul(raw, t, n_out, n_in, x, ids, exact=True)
+    y_slots = moe_matmul(raw, t, n_out, n_in, xs, ids, exact=True)
     assert y_shared.shape == y_slots.shape == (n, k, n_out)
     for i in range(n):
         for j in range(k):
@@ -72,15 +74,16 @@ def test_moe_matmul_equals_per_expert_reference(t):
             _close(y_slots[i, j][None], (xs[i, j].astype(np.float64) @ w.T)[None], xs[i, j][None], w)
 
 
-def test_thread_count_does_not_change_results():
+@pytest.mark.parametrize("exact", [False, True], ids=["integer", "exact"])
+def test_thread_count_does_not_change_results(exact):
     raw, _ = _weights(T.Q4_K, 4, 64, seed=9)
     ids = np.array([[0, 3], [3, 1], [2, 0]])
     x = np.random.default_rng(10).standard_normal((3, 768)).astype(np.float32)
     try:
         set_threads(1)
-        one = moe_matmul(raw, T.Q4_K, 64, 768, x, ids)
+        one = moe_matmul(raw, T.Q4_K, 64, 768, x, ids, exact=exact)
         set_threads(2)
-        two = moe_matmul(raw, T.Q4_K, 64, 768, x, ids)
+        two = moe_matmul(raw, T.Q4_K, 64, 768, x, ids, exact=exact)
     finally:
         set_threads(None)
     np.testing.assert_array_equal(one, two)  # each output is computed by one item, in one order

@@ -228,17 +228,19 @@ def _resolve_path(path_or_ref: str | Path) -> Path:
 
 
 def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
-               cache_bytes: int | None = None) -> Model:
+               cache_bytes: int | None = None, exact_kernels: bool = False) -> Model:
     """Open a GGUF model (a path, or a reference already in the local cache) for inference.
 
     `backend`: "numba" (fused quantized kernels), "numpy" (reference path, dequantizes), or
     "auto" (numba when available). `cache_bytes` bounds the dequantized weights the numpy path
-    keeps (default 512 MiB; 0 with numba). Raises ModelFileError for unusable files.
+    keeps (default 512 MiB; 0 with numba). `exact_kernels` keeps numba's float kernels for
+    quantized weights instead of the integer ones (8-bit activations, llama.cpp's method): slower,
+    equal to the numpy path to float32 round-off. Raises ModelFileError for unusable files.
     """
     file = open_gguf(_resolve_path(path_or_ref))
     try:
         config = describe(file)
-        weights = Weights(file, backend, cache_bytes, n_threads)
+        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels)
     except BaseException:
         file.close()
         raise

@@ -4,7 +4,14 @@ Two backends compute the products. "numpy" (the reference path) dequantizes with
 `clover_runtime.quants` and multiplies with BLAS, keeping dequantized matrices in a cache bounded by
 `cache_bytes` (least recently used first out; a matrix larger than the budget is streamed in row
 blocks and never held whole). "numba" multiplies straight from the quantized bytes with the fused
-kernels of `clover_runtime.kernels`. Expert tensors are only ever touched one expert at a time.
+kernels of `clover_runtime.kernels`: integer dot products with 8-bit activations for Q4_0, Q8_0
+and the K-quants (llama.cpp's method; ~1e-3 of the summed magnitudes from the exact product), or,
+with `exact_kernels`, the float kernels that equal the numpy path to float32 round-off. Expert
+tensors are only ever touched one expert at a time.
+
+Everything a product needs besides its activations is done once at load: each weight matrix is
+checked and wrapped (`kernels.prepare`) into a table keyed by tensor name, and the thread settings
+are applied only when they differ from the calling thread's (a BLAS reload per call cost ~4 ms).
 """
 
 from __future__ import annotations
@@ -49,17 +56,22 @@ class Weights:
     """The tensors of one opened GGUF file, with the single entry point for weight products."""
 
     def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
-                 n_threads: int | None = None) -> None:
+                 n_threads: int | None = None, exact_kernels: bool = False) -> None:
         self.file = file
         self.backend = resolve_backend(backend)
         self.n_threads = n_threads
+        self.exact_kernels = exact_kernels
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
+        self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         if self.backend == "numba":
             from .. import kernels
 
             self._kernels = kernels
             self.gdn_kernel = kernels.gdn_chunked
             self.enter()
+            for name, info in file.tensors.items():
+                if len(info.shape) in (2, 3):
+                    self._bind(name, info)
         if cache_bytes is None:
             cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
         limit = cache_bytes
@@ -70,9 +82,31 @@ class Weights:
         self._small: dict[str, np.ndarray] = {}
 
     def enter(self) -> None:
-        """Apply the thread count in the calling thread (numba's setting is per thread)."""
+        """Apply the thread count in the calling thread (numba's setting is per thread); cheap
+        when it is already in force, so every forward and preview calls it."""
         if self.backend == "numba":
             self._kernels.set_threads(self.n_threads)
+
+    @property
+    def prepared(self) -> frozenset[str]:
+        """Names of the weight tensors whose kernel views are ready (numba backend)."""
+        return frozenset(self._bound)
+
+    @property
+    def integer_tensors(self) -> frozenset[str]:
+        """Names of the weight tensors multiplied by the integer kernels (8-bit activations)."""
+        return frozenset(n for n, m in self._bound.items() if m.integer)
+
+    def _bind(self, name: str, info: TensorInfo) -> object:
+        """The prepared kernel view of a 2-D matrix or 3-D expert stack, built once."""
+        m = self._bound.get(name)
+        if m is None:
+            n_out, n_in = info.shape[-2], info.shape[-1]
+            count = info.shape[0] if len(info.shape) == 3 else 1
+            m = self._kernels.prepare(self.file.raw(name), info.ggml_type, n_out, n_in, count,
+                                      exact=self.exact_kernels)
+            self._bound[name] = m
+        return m
 
     # -- lookup ---------------------------------------------------------------------------------
     def has(self, name: str) -> bool:
@@ -100,11 +134,16 @@ class Weights:
     # -- products -------------------------------------------------------------------------------
     def matmul(self, name: str, x: np.ndarray) -> np.ndarray:
         """x (n, in) times the (out, in) weight `name` transposed: (n, out) float32."""
+        if self.backend == "numba":
+            m = self._bound.get(name)
+            if m is None:
+                info = self.info(name)
+                _matrix_shape(info)
+                m = self._bind(name, info)
+            return m.matmul(x)
         info = self.info(name)
         n_out, n_in = _matrix_shape(info)
         x = np.ascontiguousarray(x, dtype=np.float32)
-        if self.backend == "numba":
-            return self._kernels.matmul(self.file.raw(name), info.ggml_type, n_out, n_in, x)
         return self._numpy_matmul(name, info, 0, n_out, n_in, x)
 
     def moe_matmul(self, name: str, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -113,12 +152,13 @@ class Weights:
         `ids` (n, k) are the experts of each row; `x` is (n, in) (shared by a row's experts) or
         (n, k, in) (one input per routed slot). Returns (n, k, out): y[i, j] = W[ids[i, j]] · x.
         """
+        if self.backend == "numba":
+            m = self._bound.get(name) or self._bind(name, self.info(name))
+            return m.moe(x, ids)
         info = self.info(name)
         n_out, n_in = info.shape[-2], info.shape[-1]
         ids = np.asarray(ids, dtype=np.int64)
         x = np.ascontiguousarray(x, dtype=np.float32)
-        if self.backend == "numba":
-            return self._kernels.moe_matmul(self.file.raw(name), info.ggml_type, n_out, n_in, x, ids)
         n, k = ids.shape
         xs = np.broadcast_to(x[:, None, :], (n, k, n_in)) if x.ndim == 2 else x
         out = np.empty((n, k, n_out), dtype=np.float32)
@@ -174,9 +214,11 @@ class Weights:
         return w
 
     def clear_cache(self) -> None:
+        """Drop dequantized matrices and the prepared views (rebuilt on next use)."""
         with self._lock:
             self._cache.clear()
             self.cache_used = 0
+            self._bound.clear()
 
     def names(self) -> Iterable[str]:
         return self.file.tensors.keys()

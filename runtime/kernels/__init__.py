@@ -3,6 +3,7 @@ the chunked Gated DeltaNet used for prefill."""
 
 from .gdn import gdn_chunked
 from .jit import default_threads, kernel_cache_dir, set_threads
-from .matmul import matmul, moe_matmul
+from .matmul import Matrices, matmul, moe_matmul, prepare
 
-__all__ = ["default_threads", "gdn_chunked", "kernel_cache_dir", "matmul", "moe_matmul", "set_threads"]
+__all__ = ["Matrices", "default_threads", "gdn_chunked", "kernel_cache_dir", "matmul", "moe_matmul", "prepare",
+           "set_threads"]

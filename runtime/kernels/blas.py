@@ -9,7 +9,9 @@ on its own pool of Python threads (numpy and the nogil kernels release the GIL).
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,6 +19,7 @@ _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads
             "openblas_set_num_threads64_", "openblas_set_num_threads", "MKL_Set_Num_Threads")
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_blas_threads: int | None = None  # the count last applied (the setting is process-wide)
 
 
 def _candidates() -> list[Path]:
@@ -37,8 +40,9 @@ def _candidates() -> list[Path]:
     return found
 
 
-def set_blas_threads(n: int) -> bool:
-    """Set numpy's BLAS thread count where the library lets us; False when it could not be found."""
+@functools.cache
+def _setter() -> Callable[[ctypes.c_int], object] | None:
+    """numpy's BLAS thread-count function, found once (a scan of the loaded libraries costs ms)."""
     for path in dict.fromkeys(_candidates()):
         try:
             lib = ctypes.CDLL(str(path))
@@ -47,9 +51,23 @@ def set_blas_threads(n: int) -> bool:
         for name in _SETTERS:
             fn = getattr(lib, name, None)
             if fn is not None:
-                fn(ctypes.c_int(int(n)))
-                return True
-    return False
+                return fn
+    return None
+
+
+def set_blas_threads(n: int) -> bool:
+    """Set numpy's BLAS thread count where the library lets us; False when it could not be found.
+
+    The count is process-wide, so a repeated request for the count already set costs nothing.
+    """
+    global _blas_threads
+    fn = _setter()
+    if fn is None:
+        return False
+    if _blas_threads != int(n):
+        fn(ctypes.c_int(int(n)))
+        _blas_threads = int(n)
+    return True
 
 
 def pool(n_threads: int) -> ThreadPoolExecutor:

@@ -7,8 +7,10 @@ run compiles (seconds per kernel), later runs load the cached machine code (a fr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from ..paths import numba_cache_dir
@@ -52,6 +54,12 @@ if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
 
 njit = numba.njit
 prange = numba.prange
+_local = threading.local()  # the count set_threads applied in each thread
+
+
+@functools.cache
+def _default_threads() -> int:
+    return default_threads()
 
 
 def default_threads() -> int:
@@ -73,7 +81,15 @@ def set_threads(n: int | None) -> int:
     """
     from .blas import set_blas_threads
 
-    limit = numba.config.NUMBA_NUM_THREADS
-    numba.set_num_threads(max(1, min(int(n or default_threads()), limit)))
+    want = max(1, min(int(n or _default_threads()), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != want:
+        numba.set_num_threads(want)
     set_blas_threads(1)
-    return numba.get_num_threads()
+    _local.threads = want
+    return want
+
+
+def current_threads() -> int:
+    """The kernels' thread count in the calling thread, as last set here (cheaper than asking numba)."""
+    n = getattr(_local, "threads", None)
+    return n if n is not None else numba.get_num_threads()

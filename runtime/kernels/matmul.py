@@ -31,7 +31,9 @@ from ..quants.formats import (
     row_bytes,
 )
 from .blas import pool
-from .jit import njit, numba, prange
+from .intmatmul import INT_KERNELS, activation_block, integer_code
+from .jit import current_threads, njit, prange
+from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
 
 BLAS_ROWS = 16  # activation rows from which decode + sgemm beats the fused kernel
@@ -217,10 +219,15 @@ def _vector_code(t: int, n_in: int) -> bool:
     return t in GEOMETRY and n_in % GEOMETRY[t][1] == 0
 
 
-class _Matrices:
-    """The quantized bytes of one or more (n_out, n_in) matrices of one type."""
+class Matrices:
+    """The quantized bytes of one or more (n_out, n_in) matrices of one type, checked once.
 
-    def __init__(self, raw: np.ndarray, t: int, n_out: int, n_in: int, n_matrices: int | None):
+    Built once per weight tensor at model load (`prepare`), so a product does no per-call setup
+    beyond what its activation rows need.
+    """
+
+    def __init__(self, raw: np.ndarray, t: int, n_out: int, n_in: int, n_matrices: int | None,
+                 exact: bool = False):
         self.t, self.n_out, self.n_in = t, n_out, n_in
         self.raw, self.count = _check_raw(raw, t, n_matrices, n_out, n_in)
         self.expert_bytes = n_out * row_bytes(t, n_in)
@@ -228,6 +235,11 @@ class _Matrices:
         if self.vector:
             self.tsize, blk = GEOMETRY[t]
             self.n_blocks = n_in // blk
+        self.integer = not exact and integer_code(t, n_in)  # 8-bit activations, integer dot products
+        if self.integer:
+            self.act_block = activation_block(t)
+            self.int_blocks = n_in // GEOMETRY[t][1]
+        self._dense_items: tuple[int, tuple] | None = None  # (threads, _items of matrix 0)
 
     def rows(self, e: int, row0: int, row1: int, out: np.ndarray | None = None) -> np.ndarray:
         """Weight rows row0..row1 of matrix e as float32 (decoded in a compiled call when possible)."""
@@ -259,14 +271,103 @@ class _Matrices:
                 s0, s1 = starts[e], starts[e + 1]
                 yg[s0:s1] = xg[s0:s1] @ self.rows(int(e), 0, self.n_out).T
             return
-        item_e, row0, row1 = _items(experts, self.n_out)
+        item_e, row0, row1 = self._items(experts)
         _KERNELS[self.t][0](self.raw, self.n_blocks, self.tsize, self.expert_bytes, xg, starts,
                             item_e, row0, row1, yg)
 
 
+    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, yg: np.ndarray) -> None:
+        """All rows of the given experts through the integer kernel, in one compiled call."""
+        if not len(experts):
+            return
+        item_e, row0, row1 = self._items(experts)
+        INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
+                            starts, item_e, row0, row1, yg)
+
+    def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if len(experts) != 1 or experts[0] != 0:
+            return _items(experts, self.n_out)
+        n = current_threads()
+        if self._dense_items is None or self._dense_items[0] != n:
+            self._dense_items = (n, _items(experts, self.n_out))
+        return self._dense_items[1]
+
+    def matmul(self, x: np.ndarray) -> np.ndarray:
+        """x (n, n_in) float32 times matrix 0 transposed: (n, n_out) float32."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.n_in:
+            raise ValueError(f"x must be (n, {self.n_in}), got {x.shape}")
+        n = x.shape[0]
+        y = np.empty((n, self.n_out), np.float32)
+        if self.integer:
+            self.int_grouped(quantize_rows(x, self.act_block), np.array([0, n], np.int64), _EXPERT_0, y)
+        elif self.t == F32:
+            np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
+        elif n >= BLAS_ROWS or not self.vector:
+            _run_tiles(self.tiles(0, x, y))
+        else:
+            self.grouped(x, np.array([0, n], np.int64), _EXPERT_0, y)
+        return y
+
+    def moe(self, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Rows of x through their routed matrices: see `moe_matmul`."""
+        ids = np.asarray(ids)
+        if ids.ndim != 2:
+            raise ValueError(f"ids must be (n, k), got {ids.shape}")
+        n, k = ids.shape
+        n_in, n_out = self.n_in, self.n_out
+        flat = ids.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= self.count):
+            raise ValueError(f"expert ids must lie in 0..{self.count - 1}")
+        x = np.asarray(x, dtype=np.float32)
+        if x.shape == (n, n_in):
+            xrow = np.repeat(np.arange(n, dtype=np.int64), k)
+            x2d = x
+        elif x.shape == (n, k, n_in):
+            xrow = np.arange(n * k, dtype=np.int64)
+            x2d = x.reshape(n * k, n_in)
+        else:
+            raise ValueError(f"x must be ({n}, {n_in}) or ({n}, {k}, {n_in}), got {x.shape}")
+        counts = np.bincount(flat, minlength=self.count)
+        order = np.argsort(flat, kind="stable")
+        starts = np.zeros(self.count + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        yg = np.empty((flat.size, n_out), np.float32)
+        used = np.flatnonzero(counts)
+        if self.integer:
+            self.int_grouped(quantize_rows(x2d, self.act_block).take(xrow[order]), starts, used, yg)
+            y = np.empty_like(yg)
+            y[order] = yg
+            return y.reshape(n, k, n_out)
+        xg = np.ascontiguousarray(x2d[xrow[order]])
+        self.grouped(xg, starts, used[counts[used] < BLAS_ROWS], yg)
+        tasks = []
+        for e in used[counts[used] >= BLAS_ROWS]:
+            s0, s1 = starts[e], starts[e + 1]
+            tasks += self.tiles(int(e), xg[s0:s1], yg[s0:s1])
+        _run_tiles(tasks)
+        y = np.empty_like(yg)
+        y[order] = yg
+        return y.reshape(n, k, n_out)
+
+
+_EXPERT_0 = np.zeros(1, np.int64)
+
+
+def prepare(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int,
+            n_matrices: int | None = 1, *, exact: bool = False) -> Matrices:
+    """Check and wrap a weight tensor once: n_matrices (out, in) matrices (None: as many as fit).
+
+    Quantized types with integer kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) multiply with 8-bit
+    activations unless `exact`, which keeps the float kernels (the reference: results equal
+    dequantize-then-matmul to float32 round-off).
+    """
+    return Matrices(raw, check_supported(ggml_type), out_features, in_features, n_matrices, exact)
+
+
 def _run_tiles(tasks: list) -> None:
     """Run decode + sgemm tasks on the tile pool, with BLAS itself on one thread."""
-    n = numba.get_num_threads()
+    n = current_threads()
     if n == 1 or len(tasks) == 1:
         for fn, *args in tasks:
             fn(*args)
@@ -277,7 +378,7 @@ def _run_tiles(tasks: list) -> None:
 
 def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Split each expert's output rows into runs, enough of them to keep every thread busy."""
-    want = 8 * numba.get_num_threads()
+    want = 8 * current_threads()
     run = int(min(64, max(4, -(-len(experts) * n_out // want))))
     starts = np.arange(0, n_out, run)
     item_expert = np.repeat(experts, len(starts)).astype(np.int64)
@@ -285,64 +386,18 @@ def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.
     return item_expert, row0, np.minimum(row0 + run, n_out)
 
 
-def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray) -> np.ndarray:
+def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray, *,
+           exact: bool = False) -> np.ndarray:
     """x (n, in) float32 times the (out, in) weight stored in `raw`: returns (n, out) float32."""
-    t = check_supported(ggml_type)
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if x.ndim != 2 or x.shape[1] != in_features:
-        raise ValueError(f"x must be (n, {in_features}), got {x.shape}")
-    m = _Matrices(raw, t, out_features, in_features, 1)
-    n = x.shape[0]
-    y = np.empty((n, out_features), np.float32)
-    if t == F32:
-        np.matmul(x, m.rows(0, 0, out_features).T, out=y)
-    elif n >= BLAS_ROWS or not m.vector:
-        _run_tiles(m.tiles(0, x, y))
-    else:
-        m.grouped(x, np.array([0, n], np.int64), np.zeros(1, np.int64), y)
-    return y
+    return prepare(raw, ggml_type, out_features, in_features, 1, exact=exact).matmul(x)
 
 
 def moe_matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray,
-               ids: np.ndarray) -> np.ndarray:
+               ids: np.ndarray, *, exact: bool = False) -> np.ndarray:
     """All routed experts of all rows: one compiled call, plus one sgemm per expert with many rows.
 
     `raw` is the 3-D expert tensor (n_expert, out, in); `ids` (n, k) the experts chosen per row;
     `x` is (n, in), shared by a row's k experts (gate/up), or (n, k, in), one input per routed
     slot (down). Returns (n, k, out) float32: y[i, j] = W[ids[i, j]] · x[i] (or x[i, j]).
     """
-    t = check_supported(ggml_type)
-    ids = np.asarray(ids)
-    if ids.ndim != 2:
-        raise ValueError(f"ids must be (n, k), got {ids.shape}")
-    m = _Matrices(raw, t, out_features, in_features, None)
-    n, k = ids.shape
-    flat = ids.reshape(-1).astype(np.int64)
-    if flat.size and (flat.min() < 0 or flat.max() >= m.count):
-        raise ValueError(f"expert ids must lie in 0..{m.count - 1}")
-    x = np.asarray(x, dtype=np.float32)
-    if x.shape == (n, in_features):
-        xrow = np.repeat(np.arange(n, dtype=np.int64), k)
-        x2d = x
-    elif x.shape == (n, k, in_features):
-        xrow = np.arange(n * k, dtype=np.int64)
-        x2d = x.reshape(n * k, in_features)
-    else:
-        raise ValueError(f"x must be ({n}, {in_features}) or ({n}, {k}, {in_features}), got {x.shape}")
-    counts = np.bincount(flat, minlength=m.count)
-    order = np.argsort(flat, kind="stable")
-    starts = np.zeros(m.count + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    xg = np.ascontiguousarray(x2d[xrow[order]])
-    yg = np.empty((flat.size, out_features), np.float32)
-    used = np.flatnonzero(counts)
-    m.grouped(xg, starts, used[counts[used] < BLAS_ROWS], yg)
-    tasks = []
-    for e in used[counts[used] >= BLAS_ROWS]:
-        s0, s1 = starts[e], starts[e + 1]
-        tasks += m.tiles(int(e), xg[s0:s1], yg[s0:s1])
-    _run_tiles(tasks)
-    y = np.empty_like(yg)
-    y[order] = yg
-    return y.reshape(n, k, out_features)
-
+    return prepare(raw, ggml_type, out_features, in_features, None, exact=exact).moe(x, ids)

@@ -1,0 +1,283 @@
+"""Integer dot products of quantized weight rows with 8-bit activations (`q8`), as numba intrinsics.
+
+The llama.cpp way: the weight's small integers meet the activations' int8 values in an integer
+multiply-accumulate (u8 x i8 pairs summed to i16, then i16 x i16 pairs summed to i32), and floats
+appear once per block: the i32 sums are converted and scaled by (weight scale x activation scale).
+A K-quant's 6- or 8-bit sub-block scales multiply in the integer domain; its minimums (Q4_K,
+Q5_K) and offset (Q6_K's -32) come from the activations' block sums.
+
+On x86 with AVX2 the two multiply-accumulate steps are the `vpmaddubsw` / `vpmaddwd`
+instructions (LLVM does not form `vpmaddubsw` from plain IR, so it is called by name); elsewhere
+the same arithmetic is written as portable vector IR (sign-extend, multiply, add pairs), which
+the backend lowers to what the target has (NEON `smull`/`sadalp`, ...). No sum saturates: the
+weight values are at most 63 and the activations at most 127 in magnitude.
+
+Types: Q4_0, Q8_0 (activation blocks of 32), Q4_K, Q5_K, Q6_K (activation blocks of 256).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+from llvmlite import binding as llb
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
+from .simd import _Block, _i64, _literal, _vec, _vfma
+
+_I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+_F32 = ir.FloatType()
+_FAST = ("fast",)
+
+# weight type -> (bytes per block, weights per block, activation block)
+INT_GEOMETRY = {Q4_0: (18, 32, 32), Q8_0: (34, 32, 32), Q4_K: (144, 256, 256), Q5_K: (176, 256, 256),
+                Q6_K: (210, 256, 256)}
+INT_ROWS = (4, 2, 1)  # activation rows per weight-row pass (4: the weights' integer vectors stay in registers)
+
+
+@functools.cache
+def x86_avx2() -> bool:
+    """Whether the kernels are compiled for an x86 CPU with AVX2 (numba compiles for the host)."""
+    if numba.config.CPU_NAME not in (None, "host"):
+        return False
+    return bool(llb.get_host_cpu_features().get("avx2"))
+
+
+def simd_instructions() -> tuple[str, ...]:
+    """The integer multiply-accumulate instructions the kernels use on this machine (for reports)."""
+    return ("vpmaddubsw", "vpmaddwd", "vpsignb") if x86_avx2() else ("portable IR (sext, mul, add pairs)",)
+
+
+def _x86(b: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    return b.call(cgutils.get_or_insert_function(b.module, fnty, name), list(args))
+
+
+def _pairs(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    n = v.type.count
+    even = b.shuffle_vector(v, v, ir.Constant(_vec(_I32, n // 2), list(range(0, n, 2))))
+    odd = b.shuffle_vector(v, v, ir.Constant(_vec(_I32, n // 2), list(range(1, n, 2))))
+    return b.add(even, odd)
+
+
+def maddubs(b: ir.IRBuilder, u: ir.Value, s: ir.Value) -> ir.Value:
+    """<32 x u8> times <32 x i8>, adjacent products summed: <16 x i16>."""
+    if x86_avx2():
+        return _x86(b, "llvm.x86.avx2.pmadd.ub.sw", _vec(_I16, 16), u, s)
+    return _pairs(b, b.mul(b.zext(u, _vec(_I16, 32)), b.sext(s, _vec(_I16, 32))))
+
+
+def madd(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """<16 x i16> times <16 x i16>, adjacent products summed: <8 x i32>."""
+    if x86_avx2():
+        return _x86(b, "llvm.x86.avx2.pmadd.wd", _vec(_I32, 8), x, y)
+    return _pairs(b, b.mul(b.sext(x, _vec(_I32, 16)), b.sext(y, _vec(_I32, 16))))
+
+
+def signed_pairs(b: ir.IRBuilder, w: ir.Value, x: ir.Value) -> ir.Value:
+    """<32 x i8> times <32 x i8>, adjacent products summed: <16 x i16> (|w| with x's sign flipped
+    where w < 0, so the unsigned-by-signed instruction applies)."""
+    if x86_avx2():
+        absw = _x86(b, "llvm.abs.v32i8", _vec(_I8, 32), w, ir.Constant(ir.IntType(1), 0))
+        return maddubs(b, absw, _x86(b, "llvm.x86.avx2.psign.b", _vec(_I8, 32), x, w))
+    return _pairs(b, b.mul(b.sext(w, _vec(_I16, 32)), b.sext(x, _vec(_I16, 32))))
+
+
+def _splat16(k: _Block, v: ir.Value, lanes: list[int]) -> ir.Value:
+    """<16 x i16> from byte lanes of v (zero-extended when unsigned, sign-extended otherwise)."""
+    return k.shuffle(v, lanes)
+
+
+def _k_scale_ints(k: _Block) -> tuple[ir.Value, ir.Value]:
+    """The eight 6-bit scales and minimums of a Q4_K/Q5_K block, as <8 x i16> each."""
+    s = k.bytes(4, 12)
+    low = [0, 0, 0, 0, 48, 48, 48, 48]
+    sc = k.b.or_(k.b.and_(k.shuffle(s, [0, 1, 2, 3, 8, 9, 10, 11]), k.const(_I8, [63] * 4 + [15] * 4)),
+                 k.b.and_(k.shr8(k.shuffle(s, [0, 1, 2, 3, 0, 1, 2, 3]), 2), k.const(_I8, low)))
+    c = k.shuffle(s, [4, 5, 6, 7, 8, 9, 10, 11])
+    mn = k.b.lshr(k.b.and_(c, k.const(_I8, [63] * 4 + [255] * 4)), k.const(_I8, [0] * 4 + [4] * 4))
+    mn = k.b.or_(mn, k.b.and_(k.shr8(k.shuffle(s, [4, 5, 6, 7, 4, 5, 6, 7]), 2), k.const(_I8, low)))
+    return k.b.zext(sc, _vec(_I16, 8)), k.b.zext(mn, _vec(_I16, 8))
+
+
+class _Row:
+    """One activation row's pointers: int8 values, float32 block scales, int16 sums of 16."""
+
+    def __init__(self, b: ir.IRBuilder, q: ir.Value, d: ir.Value, s: ir.Value):
+        self.b, self.q, self.d, self.s = b, q, d, s
+
+    def values(self, col: ir.Value) -> ir.Value:
+        p = self.b.bitcast(self.b.gep(self.q, [col]), _vec(_I8, 32).as_pointer())
+        return self.b.load(p, align=1)
+
+    def scale(self, blk: ir.Value) -> ir.Value:
+        return self.b.load(self.b.gep(self.d, [blk]))
+
+    def sums(self, group: ir.Value) -> ir.Value:
+        p = self.b.bitcast(self.b.gep(self.s, [group]), _vec(_I16, 16).as_pointer())
+        return self.b.load(p, align=2)
+
+
+def _f32x8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    return b.sitofp(v, _vec(_F32, 8))
+
+
+def _scaled(k: _Block, acc: ir.Value, isum: ir.Value, scale: ir.Value) -> ir.Value:
+    return _vfma(k.b, _f32x8(k.b, isum), k.splat(scale, 8), acc)
+
+
+# One weight block against R rows: each returns the R updated <8 x float> accumulators.
+# `col` is the block's first weight index, `blk` its index in the row.
+
+def _blk32(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
+           blk: ir.Value) -> list[ir.Value]:
+    b = k.b
+    d = k.f16(0)
+    if tv == Q8_0:
+        w = k.bytes(2, 32)
+    else:  # Q4_0: low nibbles are weights 0-15, high nibbles 16-31, both offset by 8
+        q = k.bytes(2, 16)
+        w = b.shuffle_vector(k.and8(q, 15), k.shr8(q, 4), ir.Constant(_vec(_I32, 32), list(range(32))))
+        w = b.sub(w, k.const(_I8, [8] * 32))
+    ones = k.const(_I16, [1] * 16)
+    out = []
+    for row, acc in zip(rows, accs, strict=True):
+        isum = madd(b, signed_pairs(b, w, row.values(col)), ones)
+        out.append(_scaled(k, acc, isum, b.fmul(d, row.scale(blk))))
+    return out
+
+
+def _q45k_values(tv: int, k: _Block) -> list[ir.Value]:
+    """The eight 32-weight sub-blocks of a Q4_K/Q5_K block as <32 x u8> (0..15 or 0..31)."""
+    vals = []
+    qh = k.bytes(16, 32) if tv == Q5_K else None
+    first = 16 if tv == Q4_K else 48
+    for g in range(4):
+        q = k.bytes(first + 32 * g, 32)
+        lo, hi = k.and8(q, 15), k.shr8(q, 4)
+        if qh is not None:
+            lo = k.b.or_(lo, k.shl8(k.and8(k.shr8(qh, 2 * g), 1), 4))
+            hi = k.b.or_(hi, k.shl8(k.and8(k.shr8(qh, 2 * g + 1), 1), 4))
+        vals += [lo, hi]
+    return vals
+
+
+def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
+              blk: ir.Value) -> list[ir.Value]:
+    b = k.b
+    d, dmin = k.f16(0), k.f16(2)
+    sc, mn = _k_scale_ints(k)
+    vals = _q45k_values(tv, k)
+    scales = [_splat16(k, sc, [j] * 16) for j in range(8)]
+    mins = _splat16(k, mn, [j // 2 for j in range(16)])
+    neg_dmin = b.fneg(dmin)
+    out = []
+    for row, acc in zip(rows, accs, strict=True):
+        isum = None
+        for j in range(8):
+            x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
+            part = madd(b, maddubs(b, vals[j], x), scales[j])
+            isum = part if isum is None else b.add(isum, part)
+        dx = row.scale(blk)
+        acc = _scaled(k, acc, isum, b.fmul(d, dx))
+        msum = madd(b, row.sums(b.mul(blk, ir.Constant(_I64, 16))), mins)
+        out.append(_scaled(k, acc, msum, b.fmul(neg_dmin, dx)))
+    return out
+
+
+def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
+             blk: ir.Value) -> list[ir.Value]:
+    b = k.b
+    d = k.f16(208)
+    sc = b.sext(k.bytes(192, 16), _vec(_I16, 16))
+    vals, scales = [], []
+    for h in range(2):
+        ql0, ql1, qh = k.bytes(64 * h, 32), k.bytes(64 * h + 32, 32), k.bytes(128 + 32 * h, 32)
+        vals += [
+            b.or_(k.and8(ql0, 15), k.shl8(k.and8(qh, 3), 4)),
+            b.or_(k.and8(ql1, 15), k.shl8(k.and8(k.shr8(qh, 2), 3), 4)),
+            b.or_(k.shr8(ql0, 4), k.shl8(k.and8(k.shr8(qh, 4), 3), 4)),
+            b.or_(k.shr8(ql1, 4), k.shl8(k.shr8(qh, 6), 4)),
+        ]
+        for i in range(4):
+            s = 8 * h + 2 * i
+            scales.append(k.shuffle(sc, [s] * 8 + [s + 1] * 8))
+    five = ir.Constant(_vec(_I32, 8), [5] * 8)
+    out = []
+    for row, acc in zip(rows, accs, strict=True):
+        isum = None
+        for j in range(8):
+            x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
+            part = madd(b, maddubs(b, vals[j], x), scales[j])
+            isum = part if isum is None else b.add(isum, part)
+        offset = madd(b, row.sums(b.mul(blk, ir.Constant(_I64, 16))), sc)  # Σ scale · sum16
+        isum = b.sub(isum, b.shl(offset, five))  # the values are stored +32
+        out.append(_scaled(k, acc, isum, b.fmul(d, row.scale(blk))))
+    return out
+
+
+def _block(tv: int, k: _Block, rows, accs, col, blk):
+    if tv in (Q4_0, Q8_0):
+        return _blk32(tv, k, rows, accs, col, blk)
+    if tv == Q6_K:
+        return _blk_q6k(k, rows, accs, col, blk)
+    return _blk_q45k(tv, k, rows, accs, col, blk)
+
+
+def _reduce8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    fnty = ir.FunctionType(_F32, [_F32, v.type])
+    fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.vector.reduce.fadd.v8f32")
+    return b.call(fn, [ir.Constant(_F32, -0.0), v], fastmath=_FAST)
+
+
+@intrinsic
+def idot_rows(typingctx, t, r, raw, p0, n_blocks, xq, xd, xs, x_row0):
+    """One weight row (`n_blocks` blocks of type `t` from byte p0 of raw) dotted with the 8-bit
+    activation rows x_row0 .. x_row0 + r - 1 (values xq, scales xd, sums xs): r float32."""
+    tv, nr = _literal(t), _literal(r)
+    if tv not in INT_GEOMETRY or nr not in INT_ROWS:
+        return None
+    tsize, blk_w, _ = INT_GEOMETRY[tv]
+    unroll = max(1, 256 // blk_w)
+    sig = types.UniTuple(types.float32, nr)(t, r, raw, p0, n_blocks, xq, xd, xs, x_row0)
+
+    def codegen(context, b, signature, args):
+        raw_a = context.make_array(signature.args[2])(context, b, args[2])
+        qa, da, sa = (context.make_array(signature.args[i])(context, b, args[i]) for i in (5, 6, 7))
+        p0_v, nb_v, r0_v = (_i64(context, b, args[i], signature.args[i]) for i in (3, 4, 8))
+        nq, nd, ns = (b.extract_value(a.shape, 1) for a in (qa, da, sa))
+        rows = []
+        for i in range(nr):
+            ri = b.add(r0_v, ir.Constant(_I64, i))
+            rows.append(_Row(b, b.gep(qa.data, [b.mul(ri, nq)]), b.gep(da.data, [b.mul(ri, nd)]),
+                             b.gep(sa.data, [b.mul(ri, ns)])))
+        vty = _vec(_F32, 8)
+        slots = [cgutils.alloca_once(b, vty) for _ in range(nr)]
+        for s in slots:
+            b.store(ir.Constant(vty, [0.0] * 8), s)
+
+        def body(first, count):
+            accs = [b.load(s) for s in slots]
+            for u in range(count):
+                blk_i = b.add(first, ir.Constant(_I64, u))
+                ptr = b.gep(raw_a.data, [b.add(p0_v, b.mul(blk_i, ir.Constant(_I64, tsize)))])
+                col = b.mul(blk_i, ir.Constant(_I64, blk_w))
+                accs = _block(tv, _Block(b, ptr), rows, accs, col, blk_i)
+            for s, a in zip(slots, accs, strict=True):
+                b.store(a, s)
+
+        main = b.udiv(nb_v, ir.Constant(_I64, unroll))
+        with cgutils.for_range(b, main) as loop:
+            body(b.mul(loop.index, ir.Constant(_I64, unroll)), unroll)
+        if unroll > 1:
+            done = b.mul(main, ir.Constant(_I64, unroll))
+            with cgutils.for_range(b, b.sub(nb_v, done)) as loop:
+                body(b.add(done, loop.index), 1)
+        sums = [_reduce8(b, b.load(s)) for s in slots]
+        return context.make_tuple(b, signature.return_type, sums)
+
+    return sig, codegen
