@@ -176,3 +176,43 @@ def test_conversation_text_identical_with_and_without_cache(decode: str) -> None
     ids = session.encode_messages(messages[:3])
     assert cached_seen[0] == 0
     assert all(c >= len(ids) // 2 for c in cached_seen[1:]), cached_seen
+
+
+# ---- saved states ------------------------------------------------------------------------------
+
+def test_saved_state_resumes_exactly_in_another_cache(model, tmp_path) -> None:  # noqa: ANN001
+    from clover_runtime import state_file
+
+    first = _ids(model, 140, seed=11)
+    first[90] = BOUNDARY
+    cache = PromptCache(model, 512, checkpoint_every=40, boundary_id=BOUNDARY)
+    cache.prepare(first)
+    path = tmp_path / "s.state"
+    assert state_file.save(cache, path, extra={"note": "é"}) > 0
+    other = PromptCache(model, 300, checkpoint_every=40, boundary_id=BOUNDARY)
+    assert state_file.load(other, path) == {"note": "é"}
+    assert other.tokens == first[:-1] and other.n_cached == len(first) - 1
+    assert [c.n_past for c in other.checkpoints] == [c.n_past for c in cache.checkpoints] == [40, 80, 90, 120, 139]
+    _continue_and_compare(model, other, first, [4, 5])  # the state itself
+    second = first[:95] + _ids(model, 10, seed=12)
+    assert other.prepare(second).cached == 90  # a restored checkpoint
+    _continue_and_compare(model, other, second, [6])
+
+
+def test_saved_state_is_refused_for_another_model(model, tmp_path) -> None:  # noqa: ANN001
+    from clover_runtime import state_file
+
+    cache = PromptCache(model, 256)
+    cache.prepare(_ids(model, 20, seed=13))
+    path = tmp_path / "s.state"
+    state_file.save(cache, path)
+    other_model = load_model(tiny_model_path("Q8_0"), backend="numpy")
+    with pytest.raises(state_file.StateFileError, match="saved with another model file"):
+        state_file.load(PromptCache(other_model, 256), path)
+    junk = tmp_path / "junk.state"
+    junk.write_text('{"messages": []}', encoding="utf-8")
+    with pytest.raises(state_file.StateFileError, match="is not a clover saved state"):
+        state_file.load(cache, junk)
+    small = PromptCache(model, 16)
+    with pytest.raises(state_file.StateFileError, match="more than this context"):
+        state_file.load(small, path)
