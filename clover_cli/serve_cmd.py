@@ -40,6 +40,8 @@ class ServeOptions:
     block_length: int | None
     max_queue: int
     offline: bool
+    ctx_checkpoints: int = 8
+    checkpoint_every: int = 2048
 
 
 def command(
@@ -100,6 +102,12 @@ def command(
         help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
     offline: Annotated[bool, typer.Option(
         "--offline", envvar=_env("OFFLINE"), help="Use only models already in the local cache.")] = False,
+    ctx_checkpoints: Annotated[int, typer.Option(
+        "--ctx-checkpoints", envvar=_env("CTX_CHECKPOINTS"), min=0,
+        help="Prompt-cache checkpoints of the recurrent state kept per slot (0: none).")] = 8,
+    checkpoint_every: Annotated[int, typer.Option(
+        "--checkpoint-every", envvar=_env("CHECKPOINT_EVERY"), min=0,
+        help="Also checkpoint every N tokens of a long prefill (0: never).")] = 2048,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
@@ -125,7 +133,7 @@ def command(
         cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
-        offline=offline)
+        offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
     if chat_template_file is not None and not chat_template_file.is_file():
         raise CloverError(f"chat template file not found: {chat_template_file}")
     if detach:
@@ -176,7 +184,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
     """The foreground command the detached process runs (keys go through the environment)."""
     args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.n_ctx),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
-            "--max-queue", str(opts.max_queue), "--offline"]
+            "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
+            "--checkpoint-every", str(opts.checkpoint_every)]
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
     if not opts.webui:
@@ -241,7 +250,8 @@ def _foreground(opts: ServeOptions) -> None:
         model_id=prep.model_id, model_path=str(prep.path), n_ctx=prep.n_ctx, n_parallel=opts.parallel,
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         webui=opts.webui, timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
-        block_length=opts.block_length, shutdown_token=token, build=f"clover-{__version__}")
+        block_length=opts.block_length, ctx_checkpoints=opts.ctx_checkpoints,
+        checkpoint_every=opts.checkpoint_every, shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
         from clover_runtime.chat import load_chat

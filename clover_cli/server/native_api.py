@@ -76,8 +76,10 @@ async def props(request: Request) -> Any:
 async def slots(request: Request) -> Any:
     state = _state(request)
     pool = state.runner.slots
-    return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": i < pool.busy}
-            for i in range(pool.n_slots)]
+    backend = state.backend
+    if backend is None:
+        return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": False} for i in range(pool.n_slots)]
+    return [backend.slot_info(i, i in pool.processing) for i in range(pool.n_slots)]
 
 
 @router.get("/metrics")

@@ -94,6 +94,7 @@ class Sampling(_Model):
     block_length: int | None = Field(default=None, ge=1, le=4096)
     decode: Literal["auto", "diffusion", "ar"] | None = None
     return_progress: bool = False
+    cache_prompt: bool = True  # llama-server's field: False prefills the whole prompt again
 
     @field_validator("stop")
     @classmethod
