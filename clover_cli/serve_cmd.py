@@ -42,6 +42,7 @@ class ServeOptions:
     offline: bool
     ctx_checkpoints: int = 8
     checkpoint_every: int = 2048
+    slot_save_path: Path | None = None
 
 
 def command(
@@ -108,6 +109,9 @@ def command(
     checkpoint_every: Annotated[int, typer.Option(
         "--checkpoint-every", envvar=_env("CHECKPOINT_EVERY"), min=0,
         help="Also checkpoint every N tokens of a long prefill (0: never).")] = 2048,
+    slot_save_path: Annotated[Path | None, typer.Option(
+        "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
+        help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
@@ -133,7 +137,13 @@ def command(
         cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
-        offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+        offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+        slot_save_path=slot_save_path)
+    if slot_save_path is not None:
+        try:
+            slot_save_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CloverError(f"cannot use --slot-save-path {slot_save_path}: {exc.strerror}") from None
     if chat_template_file is not None and not chat_template_file.is_file():
         raise CloverError(f"chat template file not found: {chat_template_file}")
     if detach:
@@ -192,6 +202,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
         args.append("--no-webui")
     if opts.chat_template_file is not None:
         args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
+    if opts.slot_save_path is not None:
+        args += ["--slot-save-path", str(opts.slot_save_path.resolve())]
     for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
                         ("--block-length", opts.block_length)):
         if value is not None:
@@ -251,7 +263,9 @@ def _foreground(opts: ServeOptions) -> None:
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         webui=opts.webui, timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
         block_length=opts.block_length, ctx_checkpoints=opts.ctx_checkpoints,
-        checkpoint_every=opts.checkpoint_every, shutdown_token=token, build=f"clover-{__version__}")
+        checkpoint_every=opts.checkpoint_every,
+        slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
+        shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
         from clover_runtime.chat import load_chat

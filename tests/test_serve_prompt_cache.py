@@ -129,3 +129,33 @@ def test_each_conversation_keeps_its_slot(server) -> None:  # noqa: ANN001
     for conv in (a, b):  # each follow-up finds its own conversation's slot
         again = _ask(client, conv + [{"role": "user", "content": "More?"}])
         assert again.usage.prompt_tokens_details.cached_tokens > 60
+
+
+def test_slot_save_restore_erase(server, tmp_path) -> None:  # noqa: ANN001
+    with server.client() as c:  # the module's server has no --slot-save-path
+        off = c.post("/slots/0?action=save", json={"filename": "a.bin"})
+        assert off.status_code == 501 and "--slot-save-path" in off.json()["error"]["message"]
+    model = fixed_reply_model(CALL, after_tool=ANSWER)
+    conv = [{"role": "system", "content": "Saved slot. " * 30}, {"role": "user", "content": "Weather in Paris?"}]
+    with live_server(chat_factory(model, 2048), model_id="m", n_ctx=2048, slot_save_path=str(tmp_path)) as live:
+        client = live.openai()
+        _ask(client, conv)
+        live.wait_idle()
+        with live.client() as c:
+            saved = c.post("/slots/0?action=save", json={"filename": "a.bin"}).json()
+            assert saved["id_slot"] == 0 and saved["n_saved"] > 60
+            assert saved["n_written"] == (tmp_path / "a.bin").stat().st_size
+            assert c.post("/slots/0?action=erase").json() == {"id_slot": 0, "n_erased": saved["n_saved"]}
+            assert c.get("/slots").json()[0]["n_cached_tokens"] == 0
+            restored = c.post("/slots/0?action=restore", json={"filename": "a.bin"}).json()
+            assert restored["n_restored"] == saved["n_saved"] and restored["n_read"] == saved["n_written"]
+            for url, body, status in [("/slots/0?action=save", {"filename": "../x.bin"}, 400),
+                                      ("/slots/0?action=restore", {"filename": "missing.bin"}, 404),
+                                      ("/slots/0?action=fly", None, 400),
+                                      ("/slots/7?action=erase", None, 404),
+                                      ("/slots/0?action=save", {}, 400)]:
+                r = c.post(url, json=body)
+                assert r.status_code == status, (url, r.text)
+                assert r.json()["error"]["code"] == status
+        again = _ask(client, conv + [{"role": "user", "content": "More?"}])
+        assert again.usage.prompt_tokens_details.cached_tokens > 60  # resumed from the restored file

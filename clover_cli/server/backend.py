@@ -165,6 +165,29 @@ class Backend:
 
         return rank
 
+    def slot_action(self, slot: int, action: str, path: Any) -> dict[str, Any]:
+        """Save, restore or erase one idle slot's prompt state (llama-server's response shapes)."""
+        import time
+
+        from clover_runtime import state_file
+
+        cache = self.caches[slot]
+        t0 = time.perf_counter()
+        if action == "erase":
+            n = cache.n_cached
+            cache.clear()
+            return {"id_slot": slot, "n_erased": n}
+        try:
+            if action == "save":
+                written = state_file.save(cache, path)
+                return {"id_slot": slot, "filename": path.name, "n_saved": cache.n_cached, "n_written": written,
+                        "timings": {"save_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
+            state_file.load(cache, path)
+        except state_file.StateFileError as exc:
+            raise bad_request(exc.message) from None
+        return {"id_slot": slot, "filename": path.name, "n_restored": cache.n_cached, "n_read": path.stat().st_size,
+                "timings": {"restore_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
+
     def slot_info(self, slot: int, processing: bool) -> dict[str, Any]:
         """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds."""
         cache = self.caches[slot]

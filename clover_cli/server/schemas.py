@@ -144,6 +144,12 @@ class ChatRequest(Sampling):
     reasoning_format: str | None = None
 
 
+class SlotFileRequest(_Model):
+    """POST /slots/{id}?action=save|restore: the file, a plain name inside --slot-save-path."""
+
+    filename: str = Field(min_length=1, max_length=255)
+
+
 class CompletionRequest(Sampling):
     prompt: str | list[str]
     echo: bool = False

@@ -74,6 +74,13 @@ class SlotPool:
             if fut in self._waiters and fut.done():
                 self._waiters.remove(fut)
 
+    def take(self, slot: int) -> bool:
+        """Hold one given slot if it is idle (to save or restore its state); False when it is busy."""
+        if slot not in self._free:
+            return False
+        self._free.remove(slot)
+        return True
+
     def release(self, slot: int) -> None:
         """Give the slot to the oldest live waiter, or put it back."""
         self.processing.discard(slot)
