@@ -161,7 +161,8 @@ class ChatSession:
         """A prompt cache for this model: pass it to `stream`/`complete` turn after turn and each
         call prefills only what its prompt does not share with the previous ones."""
         return PromptCache(self.model, self.n_ctx, max_checkpoints=max_checkpoints,
-                           checkpoint_every=checkpoint_every, boundary_id=self.tokenizer.token_id("<|im_start|>"))
+                           checkpoint_every=checkpoint_every, boundary_id=self.tokenizer.token_id("<|im_start|>"),
+                           boundary_next=self.tokenizer.encode("assistant"))
 
     def encode_messages(self, messages: Sequence[Mapping[str, Any]], *,
                         tools: Sequence[Mapping[str, Any]] | None = None,
@@ -204,7 +205,11 @@ class ChatSession:
         self._check(ids)
         cached, prefilled_ms = 0, 0.0
         if cache is not None:
-            prep = cache.prepare(ids, reuse=cache_prompt)
+            try:
+                prep = cache.prepare(ids, reuse=cache_prompt)
+            except BaseException:  # interrupted inside a forward: the state may be half-written
+                cache.clear()
+                raise
             state, gen_ids, cached, prefilled_ms = cache.state, ids[-1:], prep.cached, prep.prefill_ms
         else:
             state, gen_ids = self.model.new_state(self.n_ctx), ids

@@ -6,8 +6,11 @@ cannot be rolled back token by token: they are restored from a checkpoint, a `Se
 taken at a known position (copy on write: a checkpoint costs one GDN state, never K/V). For a new
 token sequence the cache finds the longest common prefix with what the state holds, returns to the
 newest checkpoint at or before it (or keeps going when the state holds nothing else) and prefills
-the rest, taking checkpoints where reuse is likely: before each `<|im_start|>` that begins a
-message, every `checkpoint_every` tokens of a long prefill, and at the end of every prompt.
+the rest, taking checkpoints where reuse is likely: before each `<|im_start|>` that begins an
+assistant message (`boundary_id` followed by the ids `boundary_next`; a template that re-renders a history
+differently — Qwen3.6 drops the reasoning of earlier turns — changes it from there on), every
+`checkpoint_every` tokens of a long prefill, and at the end of every prompt. Each cut splits the
+prefill (and a short MoE segment still reads most experts), so cuts are kept to these few.
 
 Restoring from a checkpoint and prefilling again is the same causal computation as a cold
 prefill, so the logits agree with it to float32 round-off.
@@ -65,7 +68,8 @@ class PromptCache:
     """
 
     def __init__(self, model: Any, n_ctx: int, *, max_checkpoints: int = DEFAULT_CTX_CHECKPOINTS,
-                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, boundary_id: int | None = None) -> None:
+                 checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY, boundary_id: int | None = None,
+                 boundary_next: Sequence[int] = ()) -> None:
         if max_checkpoints < 0 or checkpoint_every < 0:
             raise CloverError("ctx-checkpoints and checkpoint-every must not be negative")
         self.model = model
@@ -73,6 +77,7 @@ class PromptCache:
         self.max_checkpoints = int(max_checkpoints)
         self.checkpoint_every = int(checkpoint_every)
         self.boundary_id = boundary_id
+        self.boundary_next = [int(t) for t in boundary_next]
         self.state = model.new_state(self.n_ctx)
         self.tokens: list[int] = []
         self.checkpoints: list[Checkpoint] = []
@@ -150,10 +155,14 @@ class PromptCache:
         """Positions in (start, end) where a checkpoint is taken during this prefill."""
         cuts = set()
         if self.boundary_id is not None:
-            cuts.update(p for p in range(start + 1, end) if ids[p] == self.boundary_id)
+            nxt, k = self.boundary_next, len(self.boundary_next)
+            cuts.update(p for p in range(start + 1, end)
+                        if ids[p] == self.boundary_id and ids[p + 1:p + 1 + k] == nxt)
         if self.checkpoint_every:
             cuts.update(range(start + self.checkpoint_every, end, self.checkpoint_every))
-        return sorted(cuts)
+        # only the newest survive the bound (the end of the prompt takes one more): skip the rest
+        keep = max(self.max_checkpoints - 1, 0)
+        return sorted(cuts)[-keep:] if keep else []
 
     def _prefill(self, ids: list[int], end: int) -> None:
         start = self.state.n_past

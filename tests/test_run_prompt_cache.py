@@ -42,7 +42,7 @@ def test_repl_reuses_state_and_saves_it(tmp_path: Path) -> None:
         child.sendline("And a second question?")
         second = _cached(child)
         # the template re-renders the first reply without its (empty) think block, so the state
-        # resumes from the checkpoint at that message's <|im_start|>: the whole user turn is reused
+        # resumes from the checkpoint at that message's <|im_start|>assistant: the user turn is reused
         assert second > 50
         child.sendline(f"/save {saved}")
         child.expect(r"Saved 4 messages and (\d+) tokens of state")

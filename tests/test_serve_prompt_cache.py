@@ -59,11 +59,11 @@ def _prompt_ids(c, messages: list) -> list[int]:  # noqa: ANN001
     return c.post("/tokenize", json={"content": prompt}).json()["tokens"]
 
 
-def _reusable(prev: list[int], new: list[int], boundary: int) -> int:
-    """The newest message boundary (an `<|im_start|>`) at or before the two prompts' common prefix:
-    where a restore lands when a re-rendered history diverges from what the slot holds."""
+def _reusable(prev: list[int], new: list[int], boundary: list[int]) -> int:
+    """The newest assistant-message boundary (`<|im_start|>assistant`) at or before the two prompts'
+    common prefix: where a restore lands when a re-rendered history diverges from what the slot holds."""
     common = next((i for i, (a, b) in enumerate(zip(prev, new, strict=False)) if a != b), min(len(prev), len(new)))
-    return max((i for i in range(1, common + 1) if new[i] == boundary), default=0)
+    return max((i for i in range(1, common + 1) if new[i:i + len(boundary)] == boundary), default=0)
 
 
 def _metric(text: str, name: str) -> float:
@@ -90,7 +90,7 @@ def test_agent_loop_prefills_only_what_is_new(server) -> None:  # noqa: ANN001
     assert cached[0] == 0
     with server.client() as c:
         ids = [_prompt_ids(c, t) for t in turns]
-        boundary = c.post("/tokenize", json={"content": "<|im_start|>"}).json()["tokens"][0]
+        boundary = c.post("/tokenize", json={"content": "<|im_start|>assistant"}).json()["tokens"]
     assert [len(i) for i in ids] == prompts
     for i in (1, 2):  # the restore lands at the last message boundary before the prompts diverge
         want = _reusable(ids[i - 1], ids[i], boundary)
