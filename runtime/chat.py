@@ -164,12 +164,6 @@ class ChatSession:
                            checkpoint_every=checkpoint_every, boundary_id=self.tokenizer.token_id("<|im_start|>"),
                            boundary_next=self.tokenizer.encode("assistant"))
 
-    def encode_messages(self, messages: Sequence[Mapping[str, Any]], *,
-                        tools: Sequence[Mapping[str, Any]] | None = None,
-                        chat_template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        """The prompt ids `stream` would generate from (for picking the cache that holds most of it)."""
-        return self.tokenizer.encode(self.render(messages, tools=tools, chat_template_kwargs=chat_template_kwargs))
-
     # -- generation -------------------------------------------------------------------------------
     def stream(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
                tool_choice: Any = "auto", params: DecodeParams | None = None,

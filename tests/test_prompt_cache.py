@@ -173,7 +173,7 @@ def test_conversation_text_identical_with_and_without_cache(decode: str) -> None
         assert warm.timings["prompt_n"] == warm.usage["prompt_tokens"] - warm.usage["cached_tokens"]
         cached_seen.append(warm.usage["cached_tokens"])
         messages.append({"role": "assistant", "content": warm_text or f"ok {i}"})
-    ids = session.encode_messages(messages[:3])
+    ids = session.tokenizer.encode(session.render(messages[:3]))
     assert cached_seen[0] == 0
     assert all(c >= len(ids) // 2 for c in cached_seen[1:]), cached_seen
 
