@@ -6,11 +6,13 @@ cannot be rolled back token by token: they are restored from a checkpoint, a `Se
 taken at a known position (copy on write: a checkpoint costs one GDN state, never K/V). For a new
 token sequence the cache finds the longest common prefix with what the state holds, returns to the
 newest checkpoint at or before it (or keeps going when the state holds nothing else) and prefills
-the rest, taking checkpoints where reuse is likely: before each `<|im_start|>` that begins an
-assistant message (`boundary_id` followed by the ids `boundary_next`; a template that re-renders a history
-differently — Qwen3.6 drops the reasoning of earlier turns — changes it from there on), every
-`checkpoint_every` tokens of a long prefill, and at the end of every prompt. Each cut splits the
-prefill (and a short MoE segment still reads most experts), so cuts are kept to these few.
+the rest, taking checkpoints where reuse is likely: at the message boundary before the prompt's
+last `<|im_start|>assistant` (`boundary_id` followed by the ids `boundary_next`: the reply starts
+there, and a template that re-renders it differently next turn — Qwen3.6 drops the reasoning of
+earlier turns — changes the history from there on; in an agent loop every later divergence is at
+such a boundary of an earlier turn), every `checkpoint_every` tokens of a long prefill, and at the
+end of every prompt. Each cut splits the prefill, and a short MoE segment still reads most experts,
+so cuts are kept to these few.
 
 Restoring from a checkpoint and prefilling again is the same causal computation as a cold
 prefill, so the logits agree with it to float32 round-off.
@@ -156,8 +158,10 @@ class PromptCache:
         cuts = set()
         if self.boundary_id is not None:
             nxt, k = self.boundary_next, len(self.boundary_next)
-            cuts.update(p for p in range(start + 1, end)
-                        if ids[p] == self.boundary_id and ids[p + 1:p + 1 + k] == nxt)
+            last = max((p for p in range(start + 1, end)
+                        if ids[p] == self.boundary_id and ids[p + 1:p + 1 + k] == nxt), default=None)
+            if last is not None:
+                cuts.add(last)
         if self.checkpoint_every:
             cuts.update(range(start + self.checkpoint_every, end, self.checkpoint_every))
         # only the newest survive the bound (the end of the prompt takes one more): skip the rest

@@ -218,16 +218,17 @@ def test_saved_state_is_refused_for_another_model(model, tmp_path) -> None:  # n
         state_file.load(small, path)
 
 
-def test_boundaries_are_taken_only_before_the_given_role(model) -> None:  # noqa: ANN001
+def test_boundary_checkpoint_is_the_last_one_before_the_given_role(model) -> None:  # noqa: ANN001
     ids = _ids(model, 100, seed=14)
     role = [3, 4]
     for p in (20, 50, 80):
         ids[p] = BOUNDARY
-    ids[21:23] = role  # `<|im_start|>assistant` at 20 and 80; 50 begins another role's message
-    ids[81:83] = role
+    ids[21:23] = role  # `<|im_start|>assistant` at 20 and 60; 50 and 80 begin another role's message
+    ids[61:63] = role
+    ids[60] = BOUNDARY
     cache = PromptCache(model, 256, checkpoint_every=0, boundary_id=BOUNDARY, boundary_next=role)
     cache.prepare(ids)
-    assert [c.n_past for c in cache.checkpoints] == [20, 80, 99]
-    every = PromptCache(model, 256, checkpoint_every=0, boundary_id=BOUNDARY)
-    every.prepare(ids)
-    assert [c.n_past for c in every.checkpoints] == [20, 50, 80, 99]
+    assert [c.n_past for c in cache.checkpoints] == [60, 99]
+    any_role = PromptCache(model, 256, checkpoint_every=0, boundary_id=BOUNDARY)
+    any_role.prepare(ids)
+    assert [c.n_past for c in any_role.checkpoints] == [80, 99]
