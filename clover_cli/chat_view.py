@@ -65,11 +65,12 @@ class Reply:
 
 
 def stats_line(reply: Reply) -> str:
-    """`[ prompt X t/s | generation Y t/s | tokens per forward Z | passes P ]` (llama.cpp's shape)."""
+    """`[ prompt X t/s | generation Y t/s | tokens per forward Z | passes P | cached N ]` (llama.cpp's
+    shape; `cached`: prompt tokens reused from the prompt cache, not prefilled again)."""
     t = reply.timings
     return (f"[ prompt {t.get('prompt_per_second', 0):.1f} t/s | generation {t.get('predicted_per_second', 0):.1f} t/s"
             f" | tokens per forward {t.get('tokens_per_forward', 0):.2f} | passes {t.get('passes', 0)}"
-            f" ({t.get('passes_per_block', 0):.1f}/block) ]")
+            f" ({t.get('passes_per_block', 0):.1f}/block) | cached {t.get('cache_n', 0)} ]")
 
 
 def run_in_thread(make_events: Callable[[threading.Event], Iterator[Any]],

@@ -113,8 +113,12 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
              f"({human_bytes(est.kv_per_token)}/token), ubatch {est.ubatch}; "
              f"RAM {human_bytes(sysm.ram_available)} available of {human_bytes(sysm.ram_total)}, "
              f"margin {human_bytes(report.margin)}")
+    if est.ctx_checkpoints:
+        each = est.checkpoints // (est.ctx_checkpoints * est.n_parallel)
+        title += f"; prompt cache {est.ctx_checkpoints} checkpoints/sequence ({human_bytes(each)} each)"
     columns: list[Column] = [("context", "right"), ("weights", "right"), ("KV cache", "right"),
-                             ("GDN state", "right"), ("compute", "right"), ("total", "right"),
+                             ("GDN state", "right"), ("checkpoints", "right"), ("compute", "right"),
+                             ("total", "right"),
                              ("verdict", "left")]
     rows = []
     for r in report.rows:
@@ -122,7 +126,8 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
         mark = "*" if r.chosen else " "
         verdict = Text(r.verdict, style=_VERDICT_STYLE[r.verdict])
         rows.append([f"{mark}{r.n_ctx:,}", human_bytes(e.weights), human_bytes(e.kv_cache),
-                     human_bytes(e.gdn_state), human_bytes(e.compute), human_bytes(e.total), verdict])
+                     human_bytes(e.gdn_state), human_bytes(e.checkpoints), human_bytes(e.compute),
+                     human_bytes(e.total), verdict])
     print_table(con, columns, rows, title=title, plain=plain)
     v = report.verdict
     lines = [("verdict", v.message)]

@@ -17,18 +17,23 @@ from .chat_view import Reply, ReplyPrinter, run_in_thread, stats_line
 HELP = """commands:
   /help, /?              this help
   /exit, /bye            leave (also Ctrl-D)
-  /clear                 forget the conversation
+  /clear                 forget the conversation (and the cached prompt state)
   /regen                 answer the last message again
   /system TEXT           set the system prompt (empty: none)
   /set KEY VALUE         temperature, top_k, top_p, min_p, seed, max_tokens, threshold, block_length, decode
   /set think|nothink     let the model reason first, or answer at once
   /show info|params|template
   /read FILE             send a file's contents as your message
-  /save FILE, /load FILE the conversation as JSON
+  /save FILE, /load FILE the conversation as JSON, its prompt state in FILE.state (resumes without a prefill)
   \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply or clears the line
   ↑ ↓, Ctrl-R            earlier input, also from earlier sessions"""
 
 EXIT_HINT = "Use Ctrl-D or /bye to exit."
+
+
+def state_path(conversation: Path) -> Path:
+    """Where /save puts the prompt state of the conversation it writes to `conversation`."""
+    return conversation.with_name(conversation.name + ".state")
 
 
 @contextmanager
@@ -49,7 +54,8 @@ def stop_on_first_interrupt(cancel: threading.Event) -> Iterator[None]:
 
 class Repl:
     def __init__(self, session: Any, params: Any, *, system: str | None, think: bool, visual: bool,
-                 show_timings: bool, banner: str, con: Console, read_line: Any = None) -> None:
+                 show_timings: bool, banner: str, con: Console, read_line: Any = None,
+                 cache: Any = None) -> None:
         self.session = session
         self.params = params
         self.system = system
@@ -64,6 +70,7 @@ class Repl:
             read_line = LineReader()
         self.read_line = read_line
         self.history: list[dict[str, Any]] = []
+        self.cache = cache  # the prompt cache: each turn prefills only what is new
 
     # -- input ------------------------------------------------------------------------------------
     def _read(self) -> str:
@@ -91,6 +98,8 @@ class Repl:
             self.con.print(HELP, markup=False)
         elif cmd == "/clear":
             self.history.clear()
+            if self.cache is not None:
+                self.cache.clear()
             self.con.print("Chat history cleared.")
         elif cmd == "/regen":
             if not self.history or self.history[-1]["role"] != "assistant":
@@ -115,27 +124,54 @@ class Repl:
                 return True
             self.ask(f"--- File: {Path(arg).name} ---\n{text}")
         elif cmd == "/save":
-            try:
-                Path(arg).expanduser().write_text(json.dumps({"system": self.system, "messages": self.history},
-                                                             ensure_ascii=False, indent=2), encoding="utf-8")
-            except OSError as exc:
-                self.con.print(f"cannot save {arg}: {exc.strerror}")
-                return True
-            self.con.print(f"Saved {len(self.history)} messages to {arg}.")
+            self._save(Path(arg).expanduser())
         elif cmd == "/load":
-            try:
-                data = json.loads(Path(arg).expanduser().read_text(encoding="utf-8"))
-                system, history = data.get("system"), list(data["messages"])
-                if not all(isinstance(m, dict) and "role" in m for m in history):
-                    raise ValueError("every message needs a role")
-                self.system, self.history = system, history
-            except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-                self.con.print(f"cannot load {arg}: {exc}")
-                return True
-            self.con.print(f"Loaded {len(self.history)} messages.")
+            self._load(Path(arg).expanduser())
         else:
             self.con.print(f"unknown command {cmd} (/help lists them)")
         return True
+
+    def _save(self, path: Path) -> None:
+        """The conversation as JSON, and beside it (FILE.state) the prompt state it leaves."""
+        from clover_runtime import state_file
+
+        conversation = {"system": self.system, "messages": self.history}
+        held = ""
+        try:
+            path.write_text(json.dumps(conversation, ensure_ascii=False, indent=2), encoding="utf-8")
+            if self.cache is not None and self.cache.n_cached:
+                state_file.save(self.cache, state_path(path))
+                held = f" and {self.cache.n_cached} tokens of state"
+        except OSError as exc:
+            self.con.print(f"cannot save {path}: {exc.strerror}", markup=False)
+            return
+        except state_file.StateFileError as exc:
+            self.con.print(f"cannot save the state: {exc.message}", markup=False)
+        self.con.print(f"Saved {len(self.history)} messages{held} to {path}.", markup=False)
+
+    def _load(self, path: Path) -> None:
+        """A JSON conversation, and its saved state when FILE.state is there and is this model's."""
+        from clover_runtime import state_file
+
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            system, history = data.get("system"), list(data["messages"])
+            if not all(isinstance(m, dict) and "role" in m for m in history):
+                raise ValueError("every message needs a role")
+        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
+            self.con.print(f"cannot load {path}: {exc}", markup=False)
+            return
+        self.system, self.history = system, history
+        held = ""
+        if self.cache is not None:
+            self.cache.clear()
+            if state_path(path).exists():
+                try:
+                    state_file.load(self.cache, state_path(path))
+                    held = f" and {self.cache.n_cached} tokens of state"
+                except state_file.StateFileError as exc:
+                    self.con.print(f"state not loaded (the next reply prefills it): {exc.message}", markup=False)
+        self.con.print(f"Loaded {len(self.history)} messages{held}.", markup=False)
 
     def _set(self, arg: str) -> None:
         from .repl_params import set_param
@@ -185,7 +221,8 @@ class Repl:
         messages = self.messages()
         with stop_on_first_interrupt(cancel):
             for ev in run_in_thread(lambda c: self.session.stream(messages, params=self.params,
-                                                                  chat_template_kwargs=kwargs, cancel=c), cancel):
+                                                                  chat_template_kwargs=kwargs, cancel=c,
+                                                                  cache=self.cache), cancel):
                 out.add(ev)
                 printer.feed(ev)
         printer.close()

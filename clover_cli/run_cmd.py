@@ -62,6 +62,15 @@ def command(
     exact_kernels: bool = typer.Option(False, "--exact-kernels", envvar=_E + "EXACT_KERNELS",
                                        help="Float kernels for quantized weights (slower; no 8-bit activations)."),
     offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE"),
+    prompt_cache: Path | None = typer.Option(None, "--prompt-cache",
+                                             help="One-shot: resume from this saved prompt state (when it exists "
+                                                  "and matches the model) and save the new one to it."),
+    ctx_checkpoints: int = typer.Option(8, "--ctx-checkpoints", min=0,
+                                        help="Prompt-cache checkpoints of the recurrent state kept (0: none).",
+                                        envvar=_E + "CTX_CHECKPOINTS"),
+    checkpoint_every: int = typer.Option(2048, "--checkpoint-every", min=0,
+                                         help="Also checkpoint every N tokens of a long prefill (0: never).",
+                                         envvar=_E + "CHECKPOINT_EVERY"),
 ) -> None:
     """Chat with a model in the terminal, or answer one prompt (argument, -p, -f or stdin).
 
@@ -102,6 +111,7 @@ def command(
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
                         backend=backend, defaults=params, exact_kernels=exact_kernels)
+    cache = session.new_cache(max_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
     banner = _banner(session, prep, params)
     if session.template.is_fallback:
         console.warn("the model has no chat template; using ChatML")
@@ -112,10 +122,10 @@ def command(
 
         con = console.out()
         code = Repl(session, params, system=system, think=think, visual=visual, show_timings=show_timings,
-                    banner=banner, con=con).loop()
+                    banner=banner, con=con, cache=cache).loop()
         raise typer.Exit(code)
     _answer_once(session, params, text, system=system, think=think, as_json=as_json, show_timings=show_timings,
-                 banner=banner)
+                 banner=banner, cache=cache if prompt_cache is not None else None, cache_file=prompt_cache)
 
 
 def _complete(incomplete: str) -> list[str]:
@@ -154,8 +164,10 @@ def _banner(session, prep, params) -> str:  # noqa: ANN001 - internal
 
 
 def _answer_once(session, params, text: str, *, system, think: bool, as_json: bool, show_timings: bool,  # noqa: ANN001
-                 banner: str) -> None:
+                 banner: str, cache=None, cache_file: Path | None = None) -> None:  # noqa: ANN001
     import threading
+
+    from clover_runtime import state_file
 
     from .chat_view import Reply, print_json, run_in_thread, stats_line
 
@@ -165,11 +177,13 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     out = console.out()
     if console.verbose():
         err.print(console.safe(banner, lines=True), markup=False)
+    if cache_file is not None and cache_file.exists():
+        state_file.load(cache, cache_file)  # another model's state: one line, exit 1
     reply = Reply()
     cancel = threading.Event()
     try:
         for ev in run_in_thread(lambda c: session.stream(messages, params=params, chat_template_kwargs=kwargs,
-                                                         cancel=c), cancel):
+                                                         cancel=c, cache=cache), cancel):
             reply.add(ev)
             kind = type(ev).__name__
             if as_json:
@@ -181,6 +195,8 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     except KeyboardInterrupt:
         cancel.set()
         raise
+    if cache_file is not None:
+        state_file.save(cache, cache_file)
     if as_json:
         print_json(reply, out)
         return

@@ -43,6 +43,9 @@ class ServeOptions:
     block_length: int | None
     max_queue: int
     offline: bool
+    ctx_checkpoints: int = 8
+    checkpoint_every: int = 2048
+    slot_save_path: Path | None = None
 
 
 def command(
@@ -109,6 +112,15 @@ def command(
         help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
     offline: Annotated[bool, typer.Option(
         "--offline", envvar=_env("OFFLINE"), help="Use only models already in the local cache.")] = False,
+    ctx_checkpoints: Annotated[int, typer.Option(
+        "--ctx-checkpoints", envvar=_env("CTX_CHECKPOINTS"), min=0,
+        help="Prompt-cache checkpoints of the recurrent state kept per slot (0: none).")] = 8,
+    checkpoint_every: Annotated[int, typer.Option(
+        "--checkpoint-every", envvar=_env("CHECKPOINT_EVERY"), min=0,
+        help="Also checkpoint every N tokens of a long prefill (0: never).")] = 2048,
+    slot_save_path: Annotated[Path | None, typer.Option(
+        "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
+        help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
@@ -135,7 +147,13 @@ def command(
         allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
-        offline=offline)
+        offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+        slot_save_path=slot_save_path)
+    if slot_save_path is not None:
+        try:
+            slot_save_path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CloverError(f"cannot use --slot-save-path {slot_save_path}: {exc.strerror}") from None
     if chat_template_file is not None and not chat_template_file.is_file():
         raise CloverError(f"chat template file not found: {chat_template_file}")
     if detach:
@@ -182,7 +200,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
     """The foreground command the detached process runs (keys go through the environment)."""
     args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.per_seq),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
-            "--max-queue", str(opts.max_queue), "--offline"]
+            "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
+            "--checkpoint-every", str(opts.checkpoint_every)]
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
     if opts.allowed_hosts:
@@ -193,6 +212,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
         args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
     if opts.exact_kernels:
         args.append("--exact-kernels")
+    if opts.slot_save_path is not None:
+        args += ["--slot-save-path", str(opts.slot_save_path.resolve())]
     for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
                         ("--block-length", opts.block_length)):
         if value is not None:
@@ -263,7 +284,10 @@ def _foreground(opts: ServeOptions) -> None:
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
         timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
-        block_length=opts.block_length, shutdown_token=token, build=f"clover-{__version__}")
+        block_length=opts.block_length, ctx_checkpoints=opts.ctx_checkpoints,
+        checkpoint_every=opts.checkpoint_every,
+        slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
+        shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
         from clover_runtime.chat import load_chat

@@ -18,6 +18,7 @@ from typing import Any
 from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, generate
 from .errors import ContextLengthError
+from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
 from .tokenizer import Tokenizer
 
@@ -96,7 +97,7 @@ class _StopStrings:
         return out
 
 
-def _timings(stats: Any) -> dict[str, float]:
+def _timings(stats: Any, cache_n: int) -> dict[str, float]:
     return {
         "prompt_n": stats.prompt_tokens,
         "prompt_ms": round(stats.prompt_ms, 3),
@@ -104,7 +105,7 @@ def _timings(stats: Any) -> dict[str, float]:
         "predicted_n": stats.generated_tokens,
         "predicted_ms": round(stats.gen_ms, 3),
         "predicted_per_second": round(stats.predicted_per_second, 3),
-        "cache_n": 0,
+        "cache_n": cache_n,
         "tokens_per_forward": round(stats.tokens_per_forward, 3),
         "passes": stats.passes,
         "blocks": stats.blocks,
@@ -156,6 +157,14 @@ class ChatSession:
         if len(ids) >= self.n_ctx:
             raise ContextLengthError(len(ids), self.n_ctx)
 
+    def new_cache(self, *, max_checkpoints: int = DEFAULT_CTX_CHECKPOINTS,
+                  checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> PromptCache:
+        """A prompt cache for this model: pass it to `stream`/`complete` turn after turn and each
+        call prefills only what its prompt does not share with the previous ones."""
+        return PromptCache(self.model, self.n_ctx, max_checkpoints=max_checkpoints,
+                           checkpoint_every=checkpoint_every, boundary_id=self.tokenizer.token_id("<|im_start|>"),
+                           boundary_next=self.tokenizer.encode("assistant"))
+
     # -- generation -------------------------------------------------------------------------------
     def _generate(self, prompt: str, ids: Sequence[int], p: DecodeParams, state: Any, cancel: Any,
                   chat: bool) -> Iterator[Any]:
@@ -169,8 +178,12 @@ class ChatSession:
     def stream(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
                tool_choice: Any = "auto", params: DecodeParams | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
-               cancel: threading.Event | None = None) -> Iterator[Any]:
-        """Events for one assistant reply: reasoning, content and tool-call deltas, then Finished."""
+               cancel: threading.Event | None = None, cache: PromptCache | None = None,
+               cache_prompt: bool = True) -> Iterator[Any]:
+        """Events for one assistant reply: reasoning, content and tool-call deltas, then Finished.
+
+        With a `cache`, the prompt's prefix that the cache holds is not prefilled again (unless
+        `cache_prompt` is False) and the cache holds this prompt and reply afterwards."""
         from .output_parser import OutputParser
 
         if tool_choice == "none":
@@ -181,19 +194,30 @@ class ChatSession:
         prompt = self.render(messages, tools=tools, chat_template_kwargs=chat_template_kwargs)
         parser = OutputParser(list(tools) if tools else None, starts_in_reasoning=opens_reasoning(prompt),
                               parse_tool_calls=tool_choice != "none")
-        yield from self._run(prompt, params, cancel, parser)
+        yield from self._run(prompt, params, cancel, parser, cache, cache_prompt)
 
     def complete(self, prompt: str, *, params: DecodeParams | None = None,
-                 cancel: threading.Event | None = None) -> Iterator[Any]:
+                 cancel: threading.Event | None = None, cache: PromptCache | None = None,
+                 cache_prompt: bool = True) -> Iterator[Any]:
         """Raw text completion of `prompt` (no template, no parsing)."""
-        yield from self._run(prompt, params, cancel, None)
+        yield from self._run(prompt, params, cancel, None, cache, cache_prompt)
 
     def _run(self, prompt: str, params: DecodeParams | None, cancel: threading.Event | None,
-             parser: Any) -> Iterator[Any]:
+             parser: Any, cache: PromptCache | None = None, cache_prompt: bool = True) -> Iterator[Any]:
         p = self._params(params)
         ids = self.tokenizer.encode(prompt)
         self._check(ids)
-        state = self.model.new_state(self.n_ctx)
+        cached, prefilled_ms = 0, 0.0
+        if cache is not None:
+            try:
+                prep = cache.prepare(ids, reuse=cache_prompt)
+            except BaseException:  # interrupted inside a forward: the state may be half-written
+                cache.clear()
+                raise
+            state, gen_ids, cached, prefilled_ms = cache.state, ids[-1:], prep.cached, prep.prefill_ms
+        else:
+            state, gen_ids = self.model.new_state(self.n_ctx), ids
+        generated: list[int] = []
         decoder = self.tokenizer.stream_decoder()
         stops = _StopStrings(p.stop_strings())
         tool_calls = 0
@@ -228,33 +252,48 @@ class ChatSession:
                 errors.append(d.message)
 
         halt = _Halt(cancel)
-        for ev in self._generate(prompt, ids, p, state, halt, parser is not None):
-            if isinstance(ev, PassEvent):
-                shown = "".join(MASK_GLYPH if t == p.mask_token_id else self.tokenizer.token_to_piece(t)
-                                for t in ev.tokens)
-                yield Progress(ev.block, ev.pass_index, passes_per_block, ev.masked, shown)
-            elif isinstance(ev, BlockEvent):
-                text = stops.feed(decoder.feed(ev.token_ids))
-                yield from emit(text)
-                if stops.hit:
-                    halt.stop()
-            elif isinstance(ev, DoneEvent):
-                stats = ev.stats
+        try:
+            for ev in self._generate(prompt, gen_ids, p, state, halt, parser is not None):
+                if isinstance(ev, PassEvent):
+                    shown = "".join(MASK_GLYPH if t == p.mask_token_id else self.tokenizer.token_to_piece(t)
+                                    for t in ev.tokens)
+                    yield Progress(ev.block, ev.pass_index, passes_per_block, ev.masked, shown)
+                elif isinstance(ev, BlockEvent):
+                    generated.extend(ev.token_ids)
+                    text = stops.feed(decoder.feed(ev.token_ids))
+                    yield from emit(text)
+                    if stops.hit:
+                        halt.stop()
+                elif isinstance(ev, DoneEvent):
+                    stats = ev.stats
+        except GeneratorExit:  # the caller stopped reading between events: the state is whole
+            if cache is not None:
+                cache.finish(ids, generated)
+            raise
+        except BaseException:  # a failure inside a forward may leave the state half-written
+            if cache is not None:
+                cache.clear()
+            raise
+        if cache is not None:
+            cache.finish(ids, generated)
         if not stops.hit:
             yield from emit(stops.feed(decoder.flush()) + stops.flush())
         if parser is not None:
             for d in parser.finish():
                 yield from convert(d)
         assert stats is not None
+        if cache is not None:
+            stats.prompt_tokens += len(ids) - 1 - int(cached)
+            stats.prompt_ms += prefilled_ms
         reason = stats.finish_reason
         if stops.hit:
             reason = "stop"
         if tool_calls and reason == "stop":
             reason = "tool_calls"
         stats.gen_ms = max(stats.gen_ms, (time.perf_counter() - t0) * 1e3 - stats.prompt_ms)
-        usage = {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
-                 "total_tokens": stats.prompt_tokens + stats.generated_tokens}
-        yield Finished(reason, usage, _timings(stats), stats, tuple(errors))
+        usage = {"prompt_tokens": len(ids), "completion_tokens": stats.generated_tokens,
+                 "total_tokens": len(ids) + stats.generated_tokens, "cached_tokens": int(cached)}
+        yield Finished(reason, usage, _timings(stats, int(cached)), stats, tuple(errors))
 
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,

@@ -29,6 +29,7 @@ ENGINE_CACHE_TYPE = "f32"
 TABLE_CONTEXTS = (4096, 16384, 32768, 65536, 131072)
 CTX_STEP = 256
 AGENT_CTX = 65536  # agent clients (Hermes Agent: ~12K-token first request) need this much per request
+DEFAULT_CTX_CHECKPOINTS = 8  # prompt-cache checkpoints per sequence (llama-server's --ctx-checkpoints)
 
 FITS = "fits"
 PAGING = "fits with paging"
@@ -37,7 +38,10 @@ NO_FIT = "does not fit"
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes one configuration needs; `total` = weights + kv_cache + gdn_state + compute."""
+    """Bytes one configuration needs; `total` = weights + kv_cache + gdn_state + checkpoints + compute.
+
+    `checkpoints`: the prompt cache's snapshots of the GDN state (one GDN state each, per sequence).
+    """
 
     n_ctx: int
     n_parallel: int
@@ -48,15 +52,17 @@ class MemoryEstimate:
     gdn_state: int
     compute: int
     kv_per_token: int
+    checkpoints: int = 0
+    ctx_checkpoints: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.gdn_state + self.compute
+        return self.weights + self.without_weights
 
     @property
     def without_weights(self) -> int:
         """What must be resident even when mmap'd weights page from disk."""
-        return self.kv_cache + self.gdn_state + self.compute
+        return self.kv_cache + self.gdn_state + self.checkpoints + self.compute
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "total": self.total}
@@ -164,8 +170,9 @@ def compute_bytes(cfg: ModelConfig, n_ctx: int, n_parallel: int = 1, ubatch: int
 
 
 def estimate(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1, cache_type: str = ENGINE_CACHE_TYPE,
-             ubatch: int = DEFAULT_UBATCH) -> MemoryEstimate:
-    """Bytes needed to run `cfg` with `n_parallel` sequences of `n_ctx` tokens each."""
+             ubatch: int = DEFAULT_UBATCH, *, ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS) -> MemoryEstimate:
+    """Bytes needed to run `cfg` with `n_parallel` sequences of `n_ctx` tokens each, each sequence
+    keeping up to `ctx_checkpoints` prompt-cache checkpoints."""
     if n_ctx < 1 or n_parallel < 1:
         raise ValueError("n_ctx and n_parallel must be positive")
     per_token = kv_bytes_per_token(cfg, cache_type)
@@ -176,6 +183,8 @@ def estimate(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 
         gdn_state=gdn_state_bytes(cfg) * n_parallel,
         compute=compute_bytes(cfg, n_ctx, n_parallel, ubatch),
         kv_per_token=per_token,
+        checkpoints=gdn_state_bytes(cfg) * ctx_checkpoints * n_parallel,
+        ctx_checkpoints=ctx_checkpoints,
     )
 
 

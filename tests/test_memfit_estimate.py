@@ -66,7 +66,8 @@ def test_estimate_scales_per_sequence(real):
     assert four.kv_cache == 4 * one.kv_cache == 4 * 8192 * 40960
     assert four.gdn_state == 4 * one.gdn_state
     assert four.compute >= one.compute
-    assert one.total == one.weights + one.kv_cache + one.gdn_state + one.compute
+    assert one.checkpoints == 8 * one.gdn_state and four.checkpoints == 4 * one.checkpoints  # prompt cache
+    assert one.total == one.weights + one.kv_cache + one.gdn_state + one.checkpoints + one.compute
 
 
 def test_compute_buffer_covers_logits_and_scores(real):

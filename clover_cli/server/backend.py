@@ -128,6 +128,10 @@ class Backend:
         self.template = session.template
         self.model = session.model
         self._lock = threading.Lock()
+        # one prompt cache per -np slot: a request continues the slot that holds most of its prompt
+        self.caches = [session.new_cache(max_checkpoints=settings.ctx_checkpoints,
+                                         checkpoint_every=settings.checkpoint_every)
+                       for _ in range(settings.n_parallel)]
 
     # ---- facts about the model -------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
@@ -174,9 +178,6 @@ class Backend:
                          stop=req.stop),
             sampling=sampling)
 
-    def _count(self, text: str) -> int:
-        return len(self.tokenizer.encode(text))
-
     @property
     def n_ctx(self) -> int:
         """Context of one sequence: the server's share, never more than the session really has."""
@@ -185,6 +186,51 @@ class Backend:
     def _check_context(self, n_prompt: int, what: str = "messages") -> None:
         if n_prompt >= self.n_ctx:
             raise context_exceeded(n_prompt, self.n_ctx, what)
+
+    def _rank(self, ids: list[int], reuse: bool) -> Any:
+        """Slot preference: the longest reusable prefix, then the least recently used."""
+        def rank(slot: int) -> tuple[int, float]:
+            cache = self.caches[slot]
+            return (cache.reusable(ids) if reuse else 0, -cache.last_used)
+
+        return rank
+
+    def slot_action(self, slot: int, action: str, path: Any) -> dict[str, Any]:
+        """Save, restore or erase one idle slot's prompt state (llama-server's response shapes)."""
+        import time
+
+        from clover_runtime import state_file
+
+        cache = self.caches[slot]
+        t0 = time.perf_counter()
+        if action == "erase":
+            n = cache.n_cached
+            cache.clear()
+            return {"id_slot": slot, "n_erased": n}
+        try:
+            if action == "save":
+                written = state_file.save(cache, path)
+                return {"id_slot": slot, "filename": path.name, "n_saved": cache.n_cached, "n_written": written,
+                        "timings": {"save_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
+            state_file.load(cache, path)
+        except state_file.StateFileError as exc:
+            raise bad_request(exc.message) from None
+        return {"id_slot": slot, "filename": path.name, "n_restored": cache.n_cached, "n_read": path.stat().st_size,
+                "timings": {"restore_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
+
+    def slot_info(self, slot: int, processing: bool) -> dict[str, Any]:
+        """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds."""
+        cache = self.caches[slot]
+        tokens = list(cache.tokens)
+        return {
+            "id": slot, "id_task": -1, "n_ctx": self.n_ctx, "speculative": False, "is_processing": processing,
+            "params": {}, "prompt": self.tokenizer.decode(tokens),
+            "next_token": [{"has_next_token": processing, "has_new_line": False, "n_remain": -1, "n_decoded": 0,
+                            "stopping_word": ""}],
+            "n_cached_tokens": len(tokens),
+            "checkpoints": [{"n_past": c.n_past} for c in list(cache.checkpoints)],
+            "checkpoint_bytes": cache.checkpoint_bytes,
+        }
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:
@@ -218,16 +264,18 @@ class Backend:
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
         kwargs, budget = thinking(req)
-        self._check_context(self._count(self._render(messages, tools, kwargs)))
+        ids = self.tokenizer.encode(self._render(messages, tools, kwargs))
+        self._check_context(len(ids))
         params = replace(self._params(req), reasoning_budget=budget)
         session = self.session
         render_tools = None if choice == "none" else tools
+        caches, reuse = self.caches, req.cache_prompt
 
-        def job(cancel: threading.Event) -> Any:
+        def run(cancel: threading.Event, slot: int) -> Any:
             return session.stream(messages, tools=render_tools, tool_choice=choice, params=params,
-                                  chat_template_kwargs=kwargs, cancel=cancel)
+                                  chat_template_kwargs=kwargs, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
 
-        return job
+        return Job(run, self._rank(ids, reuse))
 
     def prompt_text(self, req: CompletionRequest) -> str:
         """The prompt as text: token ids (OpenAI's other prompt form) are checked and decoded."""
@@ -241,14 +289,16 @@ class Backend:
 
     def completion_job(self, req: CompletionRequest) -> Job:
         req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
-        self._check_context(self._count(req.prompt), "prompt")
+        ids = self.tokenizer.encode(req.prompt)
+        self._check_context(len(ids), "prompt")
         params = self._params(req)
         session = self.session
+        caches, reuse = self.caches, req.cache_prompt
 
-        def job(cancel: threading.Event) -> Any:
-            return session.complete(req.prompt, params=params, cancel=cancel)
+        def run(cancel: threading.Event, slot: int) -> Any:
+            return session.complete(req.prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
 
-        return job
+        return Job(run, self._rank(ids, reuse))
 
     def progress_body(self, event: Any) -> dict[str, Any]:
         return {"block": event.block, "step": event.pass_index, "steps": event.passes,

@@ -13,11 +13,19 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from .slots import SlotPool
 
-Job = Callable[[threading.Event], Iterator[Any]]
+
+@dataclass
+class Job:
+    """A request's generation: `run(cancel, slot)` yields its events; `rank(slot)` scores how much
+    of its prompt a free slot already holds (higher wins; None: any slot)."""
+
+    run: Callable[[threading.Event, int], Iterator[Any]]
+    rank: Callable[[int], Any] | None = None
 
 
 class Failed:
@@ -74,7 +82,7 @@ class Runner:
         """Wait for a slot (503 when the line is full or the wait outlasts the timeout), then run `job`."""
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + timeout_s
-        slot = await self.slots.acquire(timeout_s)
+        slot = await self.slots.acquire(timeout_s, job.rank)
         gen = Generation(deadline)
         self.live.add(gen)
         timer = loop.call_later(max(0.0, deadline - time.monotonic()), gen.expire)
@@ -94,7 +102,7 @@ class Runner:
 
         def work() -> None:
             try:
-                for event in job(gen.cancel_event):
+                for event in job.run(gen.cancel_event, slot):
                     post(gen.queue.put_nowait, event)
             except BaseException as exc:  # noqa: BLE001 - handed to the request, never lost
                 post(gen.queue.put_nowait, Failed(exc))

@@ -18,6 +18,7 @@ class Metrics:
     requests_rejected_total: int = 0
     requests_cancelled_total: int = 0
     prompt_tokens_total: int = 0
+    prompt_tokens_cached_total: int = 0
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
@@ -36,6 +37,7 @@ class Metrics:
         tpf = float(timings.get("tokens_per_forward") or 0.0)
         with self._lock:
             self.prompt_tokens_total += int(timings.get("prompt_n", usage.get("prompt_tokens", 0)) or 0)
+            self.prompt_tokens_cached_total += int(timings.get("cache_n") or 0)
             self.prompt_seconds_total += float(timings.get("prompt_ms") or 0.0) / 1000.0
             self.tokens_predicted_total += predicted
             self.tokens_predicted_seconds_total += float(timings.get("predicted_ms") or 0.0) / 1000.0
@@ -60,8 +62,10 @@ class Metrics:
                  self.requests_rejected_total),
                 ("requests_cancelled_total", "counter", "Generations stopped by disconnect or timeout.",
                  self.requests_cancelled_total),
-                ("prompt_tokens_total", "counter", "Number of prompt tokens processed.",
+                ("prompt_tokens_total", "counter", "Number of prompt tokens processed (prefilled).",
                  self.prompt_tokens_total),
+                ("prompt_tokens_cached_total", "counter",
+                 "Prompt tokens reused from a slot's prompt cache (not prefilled).", self.prompt_tokens_cached_total),
                 ("prompt_seconds_total", "counter", "Prompt processing time.", self.prompt_seconds_total),
                 ("tokens_predicted_total", "counter", "Number of generated tokens.",
                  self.tokens_predicted_total),

@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError
-from .schemas import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest, parse_body
+from .schemas import ApplyTemplateRequest, DetokenizeRequest, SlotFileRequest, TokenizeRequest, parse_body
 from .state import ServerState
 
 router = APIRouter()
@@ -80,8 +80,41 @@ async def props(request: Request) -> Any:
 async def slots(request: Request) -> Any:
     state = _state(request)
     pool = state.runner.slots
-    return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": i < pool.busy}
-            for i in range(pool.n_slots)]
+    backend = state.backend
+    if backend is None:
+        return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": False} for i in range(pool.n_slots)]
+    return [backend.slot_info(i, i in pool.processing) for i in range(pool.n_slots)]
+
+
+@router.post("/slots/{slot_id}")
+async def slot_action(request: Request, slot_id: str, action: str | None = None) -> Any:
+    """llama-server's slot persistence: save / restore a slot's prompt state to a file in
+    --slot-save-path, or erase it. The slot must be idle; it is held while the file is read or written."""
+    state = _state(request)
+    pool = state.runner.slots
+    if action not in ("save", "restore", "erase"):
+        raise APIError(400, "action must be save, restore or erase (?action=...)", param="action")
+    if not slot_id.isdigit() or int(slot_id) >= pool.n_slots:
+        raise APIError(404, f"no slot {slot_id!r}: this server has slots 0..{pool.n_slots - 1}")
+    slot = int(slot_id)
+    path = None
+    if action != "erase":
+        folder = state.settings.slot_save_path
+        if not folder:
+            raise APIError(501, "slot save and restore are off: start the server with --slot-save-path DIR")
+        name = parse_body(await request.body(), SlotFileRequest).filename
+        if Path(name).name != name or name in (".", "..") or "\\" in name:
+            raise APIError(400, "filename must be a plain file name inside --slot-save-path", param="filename")
+        path = Path(folder) / name
+        if action == "restore" and not path.is_file():
+            raise APIError(404, f"no saved slot file {name!r}")
+    backend = state.require_backend()
+    if not pool.take(slot):
+        raise APIError(503, f"slot {slot} is busy; retry when it is idle", headers={"Retry-After": "1"})
+    try:
+        return await run_in_threadpool(backend.slot_action, slot, action, path)
+    finally:
+        pool.release(slot)
 
 
 @router.get("/metrics")

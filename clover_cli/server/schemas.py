@@ -114,6 +114,7 @@ class Sampling(_Model):
         if v:
             raise ValueError("logit_bias is not supported by this server; leave it out (or send {})")
         return v
+    cache_prompt: bool = True  # llama-server's field: False prefills the whole prompt again
 
     @field_validator("stop")
     @classmethod
@@ -178,6 +179,12 @@ class ChatRequest(Sampling):
     @classmethod
     def _kwargs(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         return check_template_kwargs(v)
+
+
+class SlotFileRequest(_Model):
+    """POST /slots/{id}?action=save|restore: the file, a plain name inside --slot-save-path."""
+
+    filename: str = Field(min_length=1, max_length=255)
 
 
 class CompletionRequest(Sampling):

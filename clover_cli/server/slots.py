@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from .errors import APIError
 
@@ -27,6 +29,7 @@ class SlotPool:
         self.max_queue = max_queue
         self._free: list[int] = list(range(n_slots - 1, -1, -1))
         self._waiters: deque[asyncio.Future[int]] = deque()
+        self.processing: set[int] = set()
 
     @property
     def busy(self) -> int:
@@ -36,9 +39,21 @@ class SlotPool:
     def waiting(self) -> int:
         return sum(1 for w in self._waiters if not w.done())
 
-    async def acquire(self, timeout: float) -> int:
-        """A free slot id; waits in line up to `timeout` seconds; 503 with Retry-After when full."""
+    async def acquire(self, timeout: float, rank: Callable[[int], Any] | None = None) -> int:
+        """A free slot id; waits in line up to `timeout` seconds; 503 with Retry-After when full.
+
+        Among free slots the one `rank` scores highest wins (the one whose cached prompt this
+        request shares most); a request that waited takes the first slot freed."""
+        slot = await self._acquire(timeout, rank)
+        self.processing.add(slot)
+        return slot
+
+    async def _acquire(self, timeout: float, rank: Callable[[int], Any] | None) -> int:
         if self._free and not self.waiting:
+            if rank is not None:
+                best = max(self._free, key=rank)
+                self._free.remove(best)
+                return best
             return self._free.pop()
         if self.waiting >= self.max_queue:
             raise busy_error(f"server is busy: {self.n_slots} of {self.n_slots} slots in use and "
@@ -59,11 +74,20 @@ class SlotPool:
             if fut in self._waiters and fut.done():
                 self._waiters.remove(fut)
 
+    def take(self, slot: int) -> bool:
+        """Hold one given slot if it is idle (to save or restore its state); False when it is busy."""
+        if slot not in self._free:
+            return False
+        self._free.remove(slot)
+        return True
+
     def release(self, slot: int) -> None:
         """Give the slot to the oldest live waiter, or put it back."""
+        self.processing.discard(slot)
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
                 waiter.set_result(slot)
+                self.processing.add(slot)
                 return
         self._free.append(slot)
