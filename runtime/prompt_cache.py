@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CloverError
-from .memory_fit import gdn_state_bytes
+from .memory_fit import DEFAULT_CTX_CHECKPOINTS, gdn_state_bytes
 
-DEFAULT_CTX_CHECKPOINTS = 8  # llama-server's --ctx-checkpoints default
 DEFAULT_CHECKPOINT_EVERY = 2048  # tokens between checkpoints inside one long prefill (0: never)
 
 
