@@ -36,9 +36,10 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
 
 
 def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,
-            token: str | None = None) -> PreparedModel:
+            token: str | None = None, ctx_checkpoints: int | None = None) -> PreparedModel:
     """Resolve the model, pick the per-sequence context (`memory_fit.context_for`: None the default,
-    0 as much as fits) and refuse with the fit table when it does not fit this machine."""
+    0 as much as fits) and refuse with the fit table when it does not fit this machine, counting
+    `ctx_checkpoints` prompt-cache checkpoints per sequence (None: the default)."""
     from clover_runtime import memory_fit
     from clover_runtime.decoding import recommended_sampling
     from clover_runtime.errors import CloverError
@@ -58,7 +59,8 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
     if n_ctx > cfg.context_length:
         raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
-    estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel)
+    checkpoints = memory_fit.DEFAULT_CTX_CHECKPOINTS if ctx_checkpoints is None else ctx_checkpoints
+    estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel, ctx_checkpoints=checkpoints)
     verdict = memory_fit.assess(estimate, system)
     if verdict.verdict == "does not fit":
         from .fit_table import print_fit_table

@@ -99,7 +99,7 @@ def command(
     if prompt is not None and prompt_opt is not None:
         raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
-    prep = prepare(model, ctx=ctx_size, offline=offline)
+    prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints)
     given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
                                ("repetition_penalty", repeat_penalty)) if v is not None}
     sampling = replace(prep.sampling, seed=seed, presence_penalty=presence_penalty,

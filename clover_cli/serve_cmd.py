@@ -191,7 +191,8 @@ def _prepare(opts: ServeOptions) -> Prepared:
     as in run and inspect, so `clover inspect -c N -np P --fit` checks exactly what this runs."""
     from .model_setup import prepare
 
-    prep = prepare(opts.model, ctx=opts.ctx, parallel=opts.parallel, offline=opts.offline)
+    prep = prepare(opts.model, ctx=opts.ctx, parallel=opts.parallel, offline=opts.offline,
+                   ctx_checkpoints=opts.ctx_checkpoints)
     return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
                     per_seq=prep.n_ctx, model_ctx=prep.config.context_length)
 

@@ -280,6 +280,19 @@ def test_inspect_fit_checks_what_serve_runs(tmp_path: Path) -> None:
     assert refused and refused.group(1) == need.search(memory["verdict"]["message"]).group(1)
 
 
+def test_the_fit_counts_the_checkpoints_serve_is_told_to_keep(tmp_path: Path) -> None:
+    """--ctx-checkpoints reaches the memory fit (issue 12): serve's refusal table counts the
+    checkpoints it was told to keep, not the default."""
+    from synth_models import real_shape_sparse_path
+
+    big = str(real_shape_sparse_path(n_layer=4))
+    for n in ("3", "0"):
+        res = _clover("serve", big, "-np", "64", "-c", "131072", "--ctx-checkpoints", n, home=tmp_path)
+        assert res.returncode == 1, res.stderr
+        assert ("prompt cache 3 checkpoints/sequence" in res.stderr) == (n == "3"), res.stderr
+        assert "prompt cache 8 checkpoints" not in res.stderr
+
+
 # -- item 11: one default sampling for the CLI and the web page ------------------------------------------
 
 def test_recommended_sampling_reads_the_file_and_falls_back_to_llama_cpp() -> None:
