@@ -24,7 +24,7 @@ from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, Pass
 # "high" there is no limit; "none" turns thinking off.
 EFFORT_BUDGETS: dict[str, int | None] = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096,
                                          "high": 16384, "xhigh": None, "max": None, "ultra": None}
-CLOSE_THINK = "\n</think>\n\n"  # what the model itself writes after its reasoning (tool-calls.md)
+CLOSE_THINK = "\n</think>\n\n"  # what the model itself writes after its reasoning (docs/tool-calls.md)
 
 
 def effort_budget(effort: str) -> int | None:

@@ -14,15 +14,17 @@ from clover_runtime.quants import quantize
 from gguf.constants import GGMLQuantizationType as T
 
 # Runs one Q8_0 product, then prints numba's cache directory and the cache hits and misses
-# (a miss is a compile) of every compiled function in the matmul module.
+# (a miss is a compile) of every compiled function in the kernel modules (float or integer path).
 PROBE = """
-import importlib, numba, numpy as np
+import importlib, sys, numba, numpy as np
 from clover_runtime.quants import quantize
 from gguf.constants import GGMLQuantizationType as T
 mm = importlib.import_module("clover_runtime.kernels.matmul")
 w = np.random.default_rng(0).standard_normal((8, 352)).astype(np.float32)
 mm.matmul(quantize(w, T.Q8_0).reshape(-1), T.Q8_0, 8, 352, np.ones((1, 352), np.float32))
-ds = [f for f in vars(mm).values() if isinstance(f, numba.core.registry.CPUDispatcher)]
+mods = [m for n, m in list(sys.modules.items()) if n.startswith("clover_runtime.kernels")]
+ds = {id(f): f for m in mods for f in vars(m).values() if isinstance(f, numba.core.registry.CPUDispatcher)}
+ds = list(ds.values())
 print(numba.config.CACHE_DIR)
 print(sum(sum(d.stats.cache_hits.values()) for d in ds), sum(sum(d.stats.cache_misses.values()) for d in ds))
 """
