@@ -140,3 +140,14 @@ def test_load_model_never_touches_the_network(tmp_path: Path, monkeypatch: pytes
         assert (err.value.message, err.value.hint) == (f"{TINY}:Q8_0 is not downloaded yet", f"clover pull {TINY}:Q8_0")
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected
+
+
+def test_download_progress_follows_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bars and warnings are drawn by the CLI's console, so `--no-color` reaches them."""
+    from clover_cli import console
+    from clover_cli.hub_progress import HubProgress
+
+    monkeypatch.setitem(console._state, "no_color", False)
+    assert not HubProgress().console.no_color
+    console.set_options(verbose=False, no_color=True)
+    assert HubProgress().console.no_color
