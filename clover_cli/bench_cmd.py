@@ -49,17 +49,11 @@ def command(
 
         clover bench model.gguf -p 512 -n 128 -dg 128 -t 1,2 -o md
     """
-    from clover_runtime.bench import (
-        OUTPUT_FORMATS,
-        build_info,
-        make_configs,
-        make_tests,
-        parse_float_list,
-        parse_int_list,
-        parse_pairs,
-        render,
-    )
+    from clover_runtime.bench import build_info, make_configs, make_tests
     from clover_runtime.errors import CloverError
+
+    from .bench_args import parse_float_list, parse_int_list, parse_pairs
+    from .bench_table import OUTPUT_FORMATS, render
 
     if output not in OUTPUT_FORMATS:
         raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")

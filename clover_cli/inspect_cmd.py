@@ -88,18 +88,18 @@ def json_text(doc: Any) -> str:
 
 
 def open_for_inspect(model: str) -> Any:
-    """A local path opens directly; anything else goes to the Hub layer (only the header is read)."""
-    from clover_runtime.errors import ModelFileError
-    from clover_runtime.gguf_file import open_gguf
+    """The Hub layer's choice (a local or cached file, else only the header read over HTTP), saying
+    how little was read when it came from the Hub."""
+    from clover_runtime.hub import RemoteModel, open_for_inspect, parse_model_ref
+    from clover_runtime.hub.remote import endpoint
 
-    path = Path(model).expanduser()
-    if path.exists():
-        return open_gguf(path)
-    from clover_runtime.hub import looks_like_path, open_for_inspect
+    from . import console
 
-    if looks_like_path(model):
-        raise ModelFileError(f"model file not found: {model}")
-    return open_for_inspect(model)
+    opened = open_for_inspect(model)
+    if isinstance(opened, RemoteModel):
+        console.info(f"read the header of {parse_model_ref(model)} from {endpoint()}: {opened.bytes_read:,} of "
+                     f"{opened.file_size:,} bytes, nothing downloaded")
+    return opened
 
 
 def tensor_map(opened: Any) -> dict[str, Any]:

@@ -22,17 +22,14 @@ class PreparedModel:
 
 
 def resolve(model: str | None, *, file: str | None = None, offline: bool = False, token: str | None = None) -> Path:
-    """A local path as is; anything else through the Hub layer (download when not cached)."""
-    from clover_runtime.errors import CloverError
-    from clover_runtime.hub import DEFAULT_MODEL, looks_like_path, resolve_model
+    """The runtime's one resolver (a local path as is, the cache, else a download) with its progress
+    drawn on stderr."""
+    from clover_runtime.hub import resolve_model
 
-    text = model or DEFAULT_MODEL
-    path = Path(text).expanduser()
-    if path.exists():
-        return path
-    if looks_like_path(text):
-        raise CloverError(f"model file not found: {text}")
-    return Path(resolve_model(text, file=file, offline=offline, token=token, progress=True))
+    from .hub_progress import HubProgress
+
+    with HubProgress() as progress:
+        return resolve_model(model, file=file, offline=offline, token=token, reporter=progress)
 
 
 def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,

@@ -71,6 +71,7 @@ def command(
     from clover_runtime.hub.remote import endpoint
 
     from . import console
+    from .hub_progress import HubProgress
 
     if not offline_mode(offline):
         console.info(f"connecting to {endpoint()}…")
@@ -78,5 +79,7 @@ def command(
     def fit_first(p: Any) -> None:
         _check_fit(p, ctx_size=ctx_size, force=force, token=hf_token)
 
-    path = resolve_model(model, file=file, offline=offline, token=hf_token, refresh=True, before_download=fit_first)
+    with HubProgress() as progress:
+        path = resolve_model(model, file=file, offline=offline, token=hf_token, refresh=True,
+                             before_download=fit_first, reporter=progress)
     console.out().print(f"done: {path}", markup=False, highlight=False, soft_wrap=True)

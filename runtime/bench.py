@@ -10,14 +10,10 @@ Records carry llama-bench's JSON field names so existing tooling reads them.
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
-import json
-import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,59 +22,6 @@ from typing import Any
 import numpy as np
 
 from .errors import CloverError
-
-_RANGE_RE = re.compile(r"^(?P<a>\d+)-(?P<b>\d+)(?:(?P<op>[+*])(?P<step>\d+))?$")
-OUTPUT_FORMATS = ("md", "csv", "json", "jsonl")
-
-
-def parse_int_list(values: Iterable[str]) -> list[int]:
-    """Expand llama-bench list syntax: `a,b`, repeated flags, `a-b` (+1), `a-b+step`, `a-b*mult`."""
-    out: list[int] = []
-    for value in values:
-        for part in str(value).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            m = _RANGE_RE.match(part)
-            if not m:
-                try:
-                    out.append(int(part))
-                except ValueError:
-                    raise CloverError(f"invalid number or range '{part}'") from None
-                continue
-            a, b = int(m.group("a")), int(m.group("b"))
-            op, step = m.group("op") or "+", int(m.group("step") or 1)
-            if step <= 0 or (op == "*" and step == 1) or b < a or (op == "*" and a == 0):
-                raise CloverError(f"invalid range '{part}'")
-            x = a
-            while x <= b:
-                out.append(x)
-                x = x + step if op == "+" else x * step
-    return out
-
-
-def parse_float_list(values: Iterable[str]) -> list[float]:
-    """Comma lists and repeated flags of floats (no ranges)."""
-    out: list[float] = []
-    for value in values:
-        for part in str(value).split(","):
-            if part.strip():
-                try:
-                    out.append(float(part))
-                except ValueError:
-                    raise CloverError(f"invalid number '{part.strip()}'") from None
-    return out
-
-
-def parse_pairs(values: Iterable[str]) -> list[tuple[int, int]]:
-    """`-pg pp,tg` values (each flag one pair)."""
-    out = []
-    for value in values:
-        parts = [p.strip() for p in str(value).split(",")]
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise CloverError(f"-pg takes two numbers 'pp,tg', got '{value}'")
-        out.append((int(parts[0]), int(parts[1])))
-    return out
 
 
 @dataclass(frozen=True)
@@ -285,7 +228,7 @@ def run_tests(
     return results
 
 
-# -- records and output ------------------------------------------------------------------------
+# -- records ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -387,77 +330,7 @@ def records(facts: ModelFacts, cfg: BenchConfig, results: Sequence[BenchResult],
     return out
 
 
-def _varying(recs: Sequence[dict], key: str, default: Any) -> bool:
-    values = {json.dumps(r.get(key)) for r in recs}
-    return len(values) > 1 or (bool(recs) and recs[0].get(key) != default)
-
-
-def render(recs: Sequence[dict], fmt: str, build: BuildInfo) -> str:
-    """The results as a markdown table (with build/CPU footer), CSV, a JSON array or JSON lines."""
-    if fmt == "json":
-        return json.dumps(list(recs), indent=2) + "\n"
-    if fmt == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in recs)
-    if fmt == "csv":
-        buf = io.StringIO()
-        if recs:
-            w = csv.DictWriter(buf, fieldnames=list(recs[0].keys()), lineterminator="\n")
-            w.writeheader()
-            for r in recs:
-                w.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()})
-        return buf.getvalue()
-    if fmt != "md":
-        raise CloverError(f"unknown output format '{fmt}' (choose from {', '.join(OUTPUT_FORMATS)})")
-    return _markdown(recs, build)
-
-
-def _markdown(recs: Sequence[dict], build: BuildInfo) -> str:
-    cols: list[tuple[str, Callable[[dict], str], str]] = [
-        ("model", lambda r: r["model_type"], "l"),
-        ("size", lambda r: f"{r['model_size'] / 2**30:.2f} GiB", "r"),
-        ("params", lambda r: _params(r["model_n_params"]), "r"),
-        ("backend", lambda r: f"CPU ({r['clover_backend']})", "l"),
-        ("threads", lambda r: str(r["n_threads"]), "r"),
-    ]
-    if _varying(recs, "block_length", None):
-        cols.append(("block", lambda r: "-" if r["block_length"] is None else str(r["block_length"]), "r"))
-    if _varying(recs, "threshold", None):
-        cols.append(("threshold", lambda r: "-" if r["threshold"] is None else f"{r['threshold']:g}", "r"))
-    if _varying(recs, "expert_coreset", None):
-        cols.append(("coreset", lambda r: "-" if r["expert_coreset"] is None else str(r["expert_coreset"]),
-                     "r"))
-    cols.append(("test", lambda r: r["test"], "r"))
-    cols.append(("t/s", lambda r: f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}", "r"))
-    if any(r["diffusion"] for r in recs):
-        cols.append(("tok/fwd", lambda r: f"{r['tokens_per_forward']:.2f}" if r["diffusion"] else "", "r"))
-        cols.append(("passes/blk", lambda r: f"{r['passes_per_block']:.2f}" if r["diffusion"] else "", "r"))
-    cells = [[fn(r) for _, fn, _ in cols] for r in recs]
-    widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, (name, _, _) in enumerate(cols)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.ljust(w) if a == "l" else v.rjust(w)
-                 for v, w, (_, _, a) in zip(values, widths, cols, strict=True)]
-        return "| " + " | ".join(parts) + " |"
-
-    rule = "| " + " | ".join(("-" * (w - 1) + ":") if a == "r" else "-" * w
-                             for w, (_, _, a) in zip(widths, cols, strict=True)) + " |"
-    lines = [line([c[0] for c in cols]), rule] + [line(row) for row in cells]
-    footer = f"\nbuild: clover {build.version} ({build.commit})\ncpu: {build.cpu}"
-    if build.cpu_detail:
-        footer += f" ({build.cpu_detail})"
-    return "\n".join(lines) + "\n" + footer + "\n"
-
-
-def _params(n: int) -> str:
-    if n >= 1e9:
-        return f"{n / 1e9:.2f} B"
-    if n >= 1e6:
-        return f"{n / 1e6:.2f} M"
-    return f"{n / 1e3:.2f} K"
-
-
 __all__ = [
-    "OUTPUT_FORMATS", "BenchConfig", "BenchResult", "BenchTest", "BuildInfo", "ModelFacts", "build_info",
-    "decoder_runner", "make_configs", "make_tests", "model_facts", "parse_float_list", "parse_int_list",
-    "parse_pairs", "records", "render", "run_tests", "synthetic_tokens",
+    "BenchConfig", "BenchResult", "BenchTest", "BuildInfo", "ModelFacts", "build_info", "decoder_runner",
+    "make_configs", "make_tests", "model_facts", "records", "run_tests", "synthetic_tokens",
 ]

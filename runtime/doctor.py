@@ -108,7 +108,7 @@ def _cached_default() -> Path | None:
     from .hub import resolve_model
 
     try:
-        return Path(resolve_model(DEFAULT_MODEL, offline=True, progress=False))
+        return Path(resolve_model(DEFAULT_MODEL, offline=True))
     except Exception:  # noqa: BLE001 - "not cached" in any form means: estimate from the shape
         return None
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from clover_runtime.bench import BenchTest, make_configs, make_tests, parse_float_list, parse_int_list, parse_pairs
+from clover_runtime.bench import BenchTest, make_configs, make_tests
 from clover_runtime.errors import CloverError
+
+from clover_cli.bench_args import parse_float_list, parse_int_list, parse_pairs
 
 
 @pytest.mark.parametrize("values, expected", [

@@ -131,7 +131,7 @@ def test_python_api(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     with open_gguf(hub.state.repos[SPLIT]["F32/Split-F32-00001-of-00003.gguf"].data_path) as whole:
         assert split.tensors == whole.tensors
         assert split.metadata.keys() == whole.metadata.keys() and split.file_size == whole.file_size
-    path = resolve_model(f"{TINY}:Q8_0", progress=False)
+    path = resolve_model(f"{TINY}:Q8_0")
     assert find_cached(parse_model_ref(f"{TINY}:Q8_0")) == path
     before = len(hub.state.transfers)
     assert resolve_model(f"{TINY}:Q8_0") == path and len(hub.state.transfers) == before  # cache first, no network
@@ -161,7 +161,7 @@ def test_downloads_without_symlinks(hub: HubServer, tmp_path: Path, monkeypatch:
     monkeypatch.setattr(os, "symlink", refuse)
     if links == "no links":
         monkeypatch.setattr(os, "link", refuse)
-    path = resolve_model(f"{TINY}:Q8_0", progress=False)
+    path = resolve_model(f"{TINY}:Q8_0")
     hosted = hub.state.repos[TINY]["Tiny-Q8_0.gguf"]
     assert not path.is_symlink() and path.read_bytes() == hosted.data_path.read_bytes()
     blob = cache / "models--acme--Tiny-GGUF" / "blobs" / hosted.sha256

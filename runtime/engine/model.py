@@ -217,16 +217,6 @@ class Model:
                 f"backend={self.backend})")
 
 
-def _resolve_path(path_or_ref: str | Path) -> Path:
-    """A local file as is; otherwise what `clover pull` put in the cache (no download here)."""
-    path = Path(path_or_ref)
-    if path.exists() or path.suffix.lower() == ".gguf":
-        return path  # a missing .gguf path is reported by open_gguf as "model file not found"
-    from ..hub import resolve_model
-
-    return Path(resolve_model(str(path_or_ref), download=False, progress=False))
-
-
 def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
                cache_bytes: int | None = None, exact_kernels: bool = False) -> Model:
     """Open a GGUF model (a path, or a reference already in the local cache) for inference.
@@ -235,9 +225,12 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
     "auto" (numba when available). `cache_bytes` bounds the dequantized weights the numpy path
     keeps (default 512 MiB; 0 with numba). `exact_kernels` keeps numba's float kernels for
     quantized weights instead of the integer ones (8-bit activations, llama.cpp's method): slower,
-    equal to the numpy path to float32 round-off. Raises ModelFileError for unusable files.
+    equal to the numpy path to float32 round-off. Raises ModelFileError for unusable files, and
+    HubError for a Hub reference that is not in the cache: this never downloads or touches the network.
     """
-    file = open_gguf(_resolve_path(path_or_ref))
+    from ..hub import resolve_model
+
+    file = open_gguf(resolve_model(path_or_ref, download=False))
     try:
         config = describe(file)
         weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels)

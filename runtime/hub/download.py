@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import HubError
 from . import remote
 from .cache import cache_root, partial_path, repo_dir
-from .progress import human
+from .progress import Reporter, human
 
 CHUNK = 1 << 20
 ATTEMPTS = 3
@@ -157,7 +157,7 @@ def _disk_full(exc: OSError) -> bool:
 
 
 def download_blob(repo: str, meta: remote.FileMeta, blob: Path, *, token: str | None,
-                  progress: Any, cancel: threading.Event | None = None,
+                  progress: Reporter, cancel: threading.Event | None = None,
                   renew: Callable[[], remote.FileMeta] | None = None) -> None:
     """Fetch one blob (resuming its partial file), verify it, and give it its final name."""
     kept = partial_size(repo, meta)
@@ -211,7 +211,7 @@ def _verify(meta: remote.FileMeta, part: _Partial) -> None:
     raise HubError(f"downloaded file {meta.path} is corrupt ({what}); it was removed, run the command again")
 
 
-def fetch(repo: str, meta: remote.FileMeta, *, token: str | None, progress: Any,
+def fetch(repo: str, meta: remote.FileMeta, *, token: str | None, progress: Reporter,
           cancel: threading.Event | None = None, renew: Callable[[], remote.FileMeta] | None = None) -> Path:
     """The snapshot path of one file, downloading its blob unless the cache already has it."""
     folder = repo_dir(repo)

@@ -1,11 +1,10 @@
-"""From what a user typed to a local GGUF path: a local file as is, a cached model (no network
-needed, also offline), or a download; and `open_for_inspect`, which reads the header of a model that is
-not cached over HTTP instead of downloading it."""
+"""From what a user typed to a local GGUF path, the one place that decides it: a local file as is, a
+cached model (no network needed, also offline), or a download; and `open_for_inspect`, which reads the
+header of a model that is not cached over HTTP instead of downloading it."""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -18,7 +17,7 @@ from . import download as dl
 from . import remote, select
 from .cache import cache_root, find_cached, repo_dir, write_ref
 from .header import RemoteModel, read_model
-from .progress import Progress, human
+from .progress import Reporter, Silent, human
 from .refs import ModelRef, looks_like_path, parse_model_ref
 
 MAX_PARALLEL = 4
@@ -52,10 +51,15 @@ class Plan:
         return sum(m.size - dl.partial_size(self.ref.repo, m) for m in self.missing())
 
 
-def _warn(message: str) -> None:
-    from rich.console import Console
-
-    Console(file=sys.stderr, highlight=False).print(f"[yellow]warning:[/] {message}", soft_wrap=True)
+def local_path(text: str | Path) -> Path | None:
+    """The file a user named, when the text is one: an existing file as is, `ModelFileError` when the
+    text looks like a path (`./m.gguf`, `m.gguf`, `C:\\m`) but nothing is there, None for a Hub id."""
+    path = Path(text).expanduser()
+    if isinstance(text, Path) or looks_like_path(text):
+        if path.exists():
+            return path
+        raise ModelFileError(f"model file not found: {text}")
+    return path if text.strip() and path.is_file() else None
 
 
 def _as_ref(ref_or_text: str | ModelRef | None, file: str | None) -> ModelRef:
@@ -88,7 +92,7 @@ def plan(ref: ModelRef, token: str | None = None) -> Plan:
     return Plan(ref, note, chosen, metas)
 
 
-def _fetch_all(p: Plan, token: str | None, bar: Progress) -> list[Path]:
+def _fetch_all(p: Plan, token: str | None, bar: Reporter) -> list[Path]:
     """Every shard, up to MAX_PARALLEL at once; the first failure stops the others (keeping their bytes)."""
     cancel = threading.Event()
 
@@ -118,14 +122,14 @@ def _fetch_all(p: Plan, token: str | None, bar: Progress) -> list[Path]:
     return [f.result() for f in futures]
 
 
-def download_plan(p: Plan, *, token: str | None = None, progress: bool = True) -> Path:
+def download_plan(p: Plan, *, token: str | None = None, reporter: Reporter | None = None) -> Path:
     """Fetch what is missing of a plan (checking the disk first) and return the first shard's path."""
     dl.check_disk(p.missing_bytes())
+    bar = reporter or Silent()
     try:
-        with Progress(enabled=progress) as bar:
-            if p.missing():
-                bar.note(f"{p.ref.repo}: {p.note} ({human(sum(m.size for m in p.metas))})")
-            paths = _fetch_all(p, token, bar)
+        if p.missing():
+            bar.note(f"{p.ref.repo}: {p.note} ({human(sum(m.size for m in p.metas))})")
+        paths = _fetch_all(p, token, bar)
         write_ref(p.ref.repo, p.ref.rev, p.commit)
     except PermissionError as exc:
         raise HubError(f"cannot write to the model cache {cache_root()}: {exc.strerror or exc}",
@@ -134,38 +138,41 @@ def download_plan(p: Plan, *, token: str | None = None, progress: bool = True) -
 
 
 def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str | None = None, offline: bool = False,
-                  token: str | None = None, download: bool = True, progress: bool = True, refresh: bool = False,
-                  before_download: Callable[[Plan], None] | None = None) -> Path:
-    """The local path of the model's first shard.
+                  token: str | None = None, download: bool = True, reporter: Reporter | None = None,
+                  refresh: bool = False, before_download: Callable[[Plan], None] | None = None) -> Path:
+    """The local path of the model's first shard: the one resolver behind run, serve, bench, pull,
+    doctor and `load_model`.
 
-    A local path is returned as is. A Hub identifier is looked up in the cache first (no network), unless
-    `refresh` (what `clover pull` does) asks the Hub for the current files; what is missing is downloaded
-    when `download`. `before_download(plan)` runs before any byte is fetched (the memory-fit check).
+    A local path is returned as is (`local_path`); None is the default Clover model. A Hub identifier
+    is looked up in the cache first (no network). Without `download` that is all: a model not in the
+    cache is an error and the network is never touched. `refresh` (what `clover pull` does) asks the
+    Hub for the current files; what is missing is downloaded. `before_download(plan)` runs before any
+    byte is fetched (the memory-fit check). Progress and warnings go to `reporter` (none: silent).
     """
-    if isinstance(ref_or_text, Path) or (isinstance(ref_or_text, str) and looks_like_path(ref_or_text)):
-        path = Path(ref_or_text).expanduser()
-        if path.exists():
-            return path
-        raise ModelFileError(f"model file not found: {ref_or_text}")
-    if isinstance(ref_or_text, str) and ref_or_text.strip() and Path(ref_or_text).expanduser().is_file():
-        return Path(ref_or_text).expanduser()
+    if isinstance(ref_or_text, (str, Path)):
+        local = local_path(ref_or_text)
+        if local is not None:
+            return local
     ref = _as_ref(ref_or_text, file)
     if offline_mode(offline):
         cached = find_cached(ref)
         if cached is None:
             raise offline_miss(ref)
         return cached
-    if not refresh:
+    if not refresh or not download:
         cached = find_cached(ref)
         if cached is not None:
             return cached
+        if not download:
+            raise HubError(f"{ref} is not downloaded yet", hint=f"clover pull {ref}")
+    bar = reporter or Silent()
     try:
         p = plan(ref, token)
     except remote.Unreachable as exc:
         cached = find_cached(ref)
         if cached is None:
             raise unreachable(ref, exc.reason, exc.timed_out) from None
-        _warn(f"cannot reach the Hub at {remote.endpoint()} ({exc.reason}); using the cached copy {cached}")
+        bar.warn(f"cannot reach the Hub at {remote.endpoint()} ({exc.reason}); using the cached copy {cached}")
         return cached
     except select.Ambiguous:
         raise
@@ -173,14 +180,11 @@ def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str
         cached = find_cached(ref) if refresh else None
         if cached is None:
             raise
-        _warn(f"{exc.message}; using the cached copy {cached}")
+        bar.warn(f"{exc.message}; using the cached copy {cached}")
         return cached
-    if p.missing():
-        if not download:
-            raise HubError(f"{ref} is not downloaded yet", hint=f"clover pull {ref}")
-        if before_download is not None:
-            before_download(p)
-    return download_plan(p, token=token, progress=progress)
+    if p.missing() and before_download is not None:
+        before_download(p)
+    return download_plan(p, token=token, reporter=bar)
 
 
 def remote_header(ref_or_text: str | ModelRef | Plan, *, file: str | None = None,
@@ -198,19 +202,18 @@ def remote_header(ref_or_text: str | ModelRef | Plan, *, file: str | None = None
 
 
 def open_for_inspect(text: str, *, token: str | None = None) -> Any:
-    """What `clover inspect` shows for a Hub id: the cached file when there is one, else the header
-    read remotely (a few MB of a many-GB file), so the summary and fit table come before any download."""
+    """What `clover inspect` shows: a local file or the cached one when there is one, else the header
+    read remotely (a few MB of a many-GB file; a `RemoteModel`, whose `bytes_read` says how much), so
+    the summary and fit table come before any download."""
     from ..gguf_file import open_gguf
 
-    if looks_like_path(text) or Path(text).expanduser().is_file():
-        return open_gguf(Path(text).expanduser())
+    local = local_path(text)
+    if local is not None:
+        return open_gguf(local)
     ref = parse_model_ref(text)
     cached = find_cached(ref)
     if cached is not None:
         return open_gguf(cached)
     if offline_mode():
         raise offline_miss(ref)
-    model = remote_header(ref, token=token)
-    print(f"read the header of {ref} from {remote.endpoint()}: {model.bytes_read:,} of {model.file_size:,} bytes, "
-          "nothing downloaded", file=sys.stderr)
-    return model
+    return remote_header(ref, token=token)
