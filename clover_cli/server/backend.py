@@ -10,7 +10,7 @@ import json
 import math
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import bad_request, context_exceeded, template_error
 from .generation import Job
@@ -25,6 +25,10 @@ from .schemas import (
     Tool,
 )
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from clover_runtime.chat import PreparedPrompt
+    from clover_runtime.decoding import DecodeParams
 
 JSON_OBJECT_HINT = "Respond with a single valid JSON object and nothing else."
 
@@ -286,7 +290,7 @@ class Backend:
         req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
         return self._job(self.session.prepare_text(req.prompt), self._params(req), req.cache_prompt, "prompt")
 
-    def _job(self, prompt: Any, params: Any, reuse: bool, what: str) -> Job:
+    def _job(self, prompt: PreparedPrompt, params: DecodeParams, reuse: bool, what: str) -> Job:
         """Check a prepared prompt against the context and make its generation, on the slot that
         holds most of exactly these ids."""
         self._check_context(len(prompt.ids), what)
