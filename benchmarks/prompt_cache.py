@@ -77,8 +77,8 @@ def conversation(system: str) -> list[list[dict]]:
 
 
 def one_turn(session, messages: list[dict], cache) -> dict:  # noqa: ANN001
-    from clover_runtime.chat import Finished
     from clover_runtime.decoding import DecodeParams
+    from clover_runtime.reply import Finished
 
     params = DecodeParams(decode="ar", max_tokens=1)
     t0 = time.perf_counter()

@@ -7,9 +7,18 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
+from clover_runtime.reply import (
+    ContentDelta,
+    Finished,
+    Progress,
+    ReasoningDelta,
+    Reply,
+    ReplyEvent,
+    ToolCallArgs,
+    ToolCallStart,
+)
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
@@ -17,51 +26,15 @@ from rich.text import Text
 from .console import safe
 
 
-@dataclass
-class Reply:
-    """What one generation produced, accumulated from its events."""
-
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str = ""
-    usage: dict[str, int] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    stats: Any = None
-    errors: tuple[str, ...] = ()
-
-    def add(self, ev: Any) -> None:
-        kind = type(ev).__name__
-        if kind == "ContentDelta":
-            self.content += ev.text
-        elif kind == "ReasoningDelta":
-            self.reasoning += ev.text
-        elif kind == "ToolCallDelta":
-            if ev.id is not None:
-                self.tool_calls.append({"id": ev.id, "type": "function",
-                                        "function": {"name": ev.name, "arguments": ""}})
-            elif self.tool_calls:
-                self.tool_calls[ev.index]["function"]["arguments"] += ev.arguments_fragment
-        elif kind == "Finished":
-            self.finish_reason = ev.finish_reason
-            self.usage, self.timings, self.stats, self.errors = ev.usage, ev.timings, ev.stats, ev.errors
-
-    def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.reasoning:
-            msg["reasoning_content"] = self.reasoning
-        if self.tool_calls:
-            msg["tool_calls"] = self.tool_calls
-        return msg
-
-    def to_json(self) -> dict[str, Any]:
-        stats = self.stats
-        return {
-            "content": self.content, "reasoning": self.reasoning or None, "tool_calls": self.tool_calls,
-            "finish_reason": self.finish_reason, "usage": self.usage, "timings": self.timings,
-            "decode": getattr(stats, "decode_mode", None), "exact": getattr(stats, "exact", None),
-            "errors": list(self.errors),
-        }
+def reply_json(reply: Reply) -> dict[str, Any]:
+    """`clover run --json`: the reply, its finish reason, usage, timings and decode mode."""
+    stats = reply.stats
+    return {
+        "content": reply.content, "reasoning": reply.reasoning or None, "tool_calls": reply.tool_calls,
+        "finish_reason": reply.finish_reason, "usage": reply.usage, "timings": reply.timings,
+        "decode": getattr(stats, "decode_mode", None), "exact": getattr(stats, "exact", None),
+        "errors": list(reply.errors),
+    }
 
 
 def stats_line(reply: Reply) -> str:
@@ -122,45 +95,47 @@ class ReplyPrinter:
         plain = text.plain if isinstance(text, Text) else text
         self._line = plain.rsplit("\n", 1)[-1] if "\n" in plain else self._line + plain
 
-    def _live_text(self, ev: Any) -> Text:
+    def _live_text(self, ev: Progress) -> Text:
         preview = ev.tokens_preview.replace("\r", "").replace("\n", "⏎")
         text = Text.assemble(("block ", "dim"), (f"{ev.block + 1}", "bold"),
                              (f"  pass {ev.pass_index}  masked {ev.masked}\n", "dim"), (preview, "cyan"))
         text.no_wrap, text.overflow = True, "ellipsis"
         return text
 
-    def feed(self, ev: Any) -> None:
-        kind = type(ev).__name__
-        if kind == "Progress" and self.visual:
-            text = self._live_text(ev)
-            if self._live is None:
-                self._lifted = bool(self._line)
-                if self._lifted:
-                    self.con.print()
-                self._live = Live(text, console=self.con, transient=True, refresh_per_second=12,
-                                  vertical_overflow="crop")
-                self._live.start(refresh=True)  # draw the first pass at once, not at the next tick
-            else:
-                self._live.update(text)
+    def feed(self, ev: ReplyEvent) -> None:
+        if isinstance(ev, Progress):
+            if self.visual:
+                self._show_live(ev)
             return
-        if kind in ("ContentDelta", "ReasoningDelta", "ToolCallDelta", "Finished"):
+        if isinstance(ev, (ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgs, Finished)):
             self._stop_live()
-        if kind == "ReasoningDelta":
-            if not self.show_reasoning:
-                return
-            if not self._in_reasoning:
-                self._print(Text("thinking…\n", style="dim"))
-                self._in_reasoning = True
-            self._print(Text(safe(ev.text, lines=True), style="dim italic"))
-        elif kind == "ContentDelta":
-            if self._in_reasoning:
-                self._print("\n")
-                self._in_reasoning = False
-            self._print(Text(safe(ev.text, lines=True)))
-        elif kind == "ToolCallDelta" and ev.id is not None:
-            self._print(Text(f"\n[tool call {safe(ev.name)}] ", style="magenta"))
-        elif kind == "ToolCallDelta":
-            self._print(Text(safe(ev.arguments_fragment, lines=True), style="magenta"))
+        match ev:
+            case ReasoningDelta(text=text) if self.show_reasoning:
+                if not self._in_reasoning:
+                    self._print(Text("thinking…\n", style="dim"))
+                    self._in_reasoning = True
+                self._print(Text(safe(text, lines=True), style="dim italic"))
+            case ContentDelta(text=text):
+                if self._in_reasoning:
+                    self._print("\n")
+                    self._in_reasoning = False
+                self._print(Text(safe(text, lines=True)))
+            case ToolCallStart(name=name):
+                self._print(Text(f"\n[tool call {safe(name)}] ", style="magenta"))
+            case ToolCallArgs(fragment=fragment):
+                self._print(Text(safe(fragment, lines=True), style="magenta"))
+
+    def _show_live(self, ev: Progress) -> None:
+        text = self._live_text(ev)
+        if self._live is None:
+            self._lifted = bool(self._line)
+            if self._lifted:
+                self.con.print()
+            self._live = Live(text, console=self.con, transient=True, refresh_per_second=12,
+                              vertical_overflow="crop")
+            self._live.start(refresh=True)  # draw the first pass at once, not at the next tick
+        else:
+            self._live.update(text)
 
     def _stop_live(self) -> None:
         if self._live is None:
@@ -182,4 +157,4 @@ class ReplyPrinter:
 
 
 def print_json(reply: Reply, con: Console) -> None:
-    con.print_json(json.dumps(reply.to_json(), ensure_ascii=False))
+    con.print_json(json.dumps(reply_json(reply), ensure_ascii=False))

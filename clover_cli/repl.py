@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from clover_runtime.reply import Reply
 from rich.console import Console
 
-from .chat_view import Reply, ReplyPrinter, run_in_thread, stats_line
+from .chat_view import ReplyPrinter, run_in_thread, stats_line
 
 HELP = """commands:
   /help, /?              this help

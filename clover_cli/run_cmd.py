@@ -168,8 +168,9 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     import threading
 
     from clover_runtime import state_file
+    from clover_runtime.reply import ContentDelta, ReasoningDelta, Reply
 
-    from .chat_view import Reply, print_json, run_in_thread, stats_line
+    from .chat_view import print_json, run_in_thread, stats_line
 
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
     kwargs = {} if think else {"enable_thinking": False}
@@ -185,12 +186,11 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
         for ev in run_in_thread(lambda c: session.stream(messages, params=params, chat_template_kwargs=kwargs,
                                                          cancel=c, cache=cache), cancel):
             reply.add(ev)
-            kind = type(ev).__name__
             if as_json:
                 continue
-            if kind == "ContentDelta":
+            if isinstance(ev, ContentDelta):
                 out.print(console.safe(ev.text, lines=True), end="", markup=False, highlight=False)
-            elif kind == "ReasoningDelta" and err.is_terminal:
+            elif isinstance(ev, ReasoningDelta) and err.is_terminal:
                 err.print(console.safe(ev.text, lines=True), end="", style="dim", markup=False)
     except KeyboardInterrupt:
         cancel.set()

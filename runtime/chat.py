@@ -11,56 +11,33 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, generate
 from .errors import ContextLengthError
+from .output_parser import OutputParser
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
+from .reply import ContentDelta, Finished, Progress, ReplyEvent
 from .tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
-class ContentDelta:
+class PreparedPrompt:
+    """A prompt rendered and tokenized once: what the context check counts, what a server's slot
+    choice compares and what generation prefills are the same `ids`.
+
+    `tools` are those the prompt offers (narrowed by `tool_choice`); `chat` is False for a raw
+    completion, which is neither parsed nor given a reasoning budget."""
+
     text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallDelta:
-    """The first delta of a call carries id and name; later ones only argument fragments."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments_fragment: str = ""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A preview pass finished: the current block with masked positions shown as `·`."""
-
-    block: int
-    pass_index: int
-    passes: int
-    masked: int
-    tokens_preview: str
-
-
-@dataclass(frozen=True)
-class Finished:
-    finish_reason: str  # stop | length | tool_calls | cancelled
-    usage: dict[str, int] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    stats: Any = None
-    errors: tuple[str, ...] = ()
+    ids: list[int]
+    tools: list[dict[str, Any]] | None = None
+    parse_tool_calls: bool = True
+    chat: bool = True
 
 
 MASK_GLYPH = "·"
@@ -166,11 +143,30 @@ class ChatSession:
                            boundary_next=self.tokenizer.encode("assistant"))
 
     # -- generation -------------------------------------------------------------------------------
-    def _generate(self, prompt: str, ids: Sequence[int], p: DecodeParams, state: Any, cancel: Any,
-                  chat: bool) -> Iterator[Any]:
+    def prepare(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
+                tool_choice: Any = "auto", chat_template_kwargs: Mapping[str, Any] | None = None) -> PreparedPrompt:
+        """Render and tokenize a chat prompt once. `tool_choice` "none" offers no tools and leaves
+        `<tool_call>` text as content; a named function (`{"function": {"name": ...}}`) offers only
+        that tool. Raises TemplateError when the template fails."""
+        offered = [dict(t) for t in tools or []]
+        if tool_choice == "none":
+            offered = []
+        elif isinstance(tool_choice, Mapping):
+            wanted = tool_choice.get("function", {}).get("name")
+            offered = [t for t in offered if t.get("function", {}).get("name") == wanted]
+        text = self.render(messages, tools=offered or None, chat_template_kwargs=chat_template_kwargs)
+        return PreparedPrompt(text, list(self.tokenizer.encode(text)), offered or None,
+                              parse_tool_calls=tool_choice != "none")
+
+    def prepare_text(self, prompt: str) -> PreparedPrompt:
+        """Tokenize a raw completion prompt once (no template, no parsing)."""
+        return PreparedPrompt(prompt, list(self.tokenizer.encode(prompt)), chat=False)
+
+    def _generate(self, prompt: PreparedPrompt, ids: Sequence[int], p: DecodeParams, state: Any,
+                  cancel: Any) -> Iterator[Any]:
         """The decoder's events; a chat reply that starts in reasoning gets `p.reasoning_budget`."""
         end_id = self.tokenizer.token_id("</think>")
-        if p.reasoning_budget is None or not chat or end_id is None or not opens_reasoning(prompt):
+        if p.reasoning_budget is None or not prompt.chat or end_id is None or not opens_reasoning(prompt.text):
             return generate(self.model, ids, p, state=state, cancel=cancel)
         return generate_with_budget(self.model, ids, p, state=state, cancel=cancel, budget=p.reasoning_budget,
                                     end_id=end_id, close_ids=self.tokenizer.encode(CLOSE_THINK))
@@ -179,34 +175,33 @@ class ChatSession:
                tool_choice: Any = "auto", params: DecodeParams | None = None,
                chat_template_kwargs: Mapping[str, Any] | None = None,
                cancel: threading.Event | None = None, cache: PromptCache | None = None,
-               cache_prompt: bool = True) -> Iterator[Any]:
-        """Events for one assistant reply: reasoning, content and tool-call deltas, then Finished.
+               cache_prompt: bool = True) -> Iterator[ReplyEvent]:
+        """Events for one assistant reply: reasoning, content and tool-call events, then Finished.
 
         With a `cache`, the prompt's prefix that the cache holds is not prefilled again (unless
         `cache_prompt` is False) and the cache holds this prompt and reply afterwards."""
-        from .output_parser import OutputParser
-
-        if tool_choice == "none":
-            tools = None
-        elif isinstance(tool_choice, Mapping):
-            wanted = tool_choice.get("function", {}).get("name")
-            tools = [t for t in tools or [] if t.get("function", {}).get("name") == wanted] or None
-        prompt = self.render(messages, tools=tools, chat_template_kwargs=chat_template_kwargs)
-        parser = OutputParser(list(tools) if tools else None, starts_in_reasoning=opens_reasoning(prompt),
-                              parse_tool_calls=tool_choice != "none")
-        yield from self._run(prompt, params, cancel, parser, cache, cache_prompt)
+        prepared = self.prepare(messages, tools=tools, tool_choice=tool_choice,
+                                chat_template_kwargs=chat_template_kwargs)
+        yield from self.generate(prepared, params=params, cancel=cancel, cache=cache, cache_prompt=cache_prompt)
 
     def complete(self, prompt: str, *, params: DecodeParams | None = None,
                  cancel: threading.Event | None = None, cache: PromptCache | None = None,
-                 cache_prompt: bool = True) -> Iterator[Any]:
+                 cache_prompt: bool = True) -> Iterator[ReplyEvent]:
         """Raw text completion of `prompt` (no template, no parsing)."""
-        yield from self._run(prompt, params, cancel, None, cache, cache_prompt)
+        yield from self.generate(self.prepare_text(prompt), params=params, cancel=cancel, cache=cache,
+                                 cache_prompt=cache_prompt)
 
-    def _run(self, prompt: str, params: DecodeParams | None, cancel: threading.Event | None,
-             parser: Any, cache: PromptCache | None = None, cache_prompt: bool = True) -> Iterator[Any]:
+    def generate(self, prompt: PreparedPrompt, *, params: DecodeParams | None = None,
+                 cancel: threading.Event | None = None, cache: PromptCache | None = None,
+                 cache_prompt: bool = True) -> Iterator[ReplyEvent]:
+        """Events for a prompt from `prepare`/`prepare_text`, generated from exactly its ids."""
         p = self._params(params)
-        ids = self.tokenizer.encode(prompt)
+        ids = prompt.ids
         self._check(ids)
+        parser = None
+        if prompt.chat:
+            parser = OutputParser(prompt.tools, starts_in_reasoning=opens_reasoning(prompt.text),
+                                  parse_tool_calls=prompt.parse_tool_calls)
         cached, prefilled_ms = 0, 0.0
         if cache is not None:
             try:
@@ -220,48 +215,25 @@ class ChatSession:
         generated: list[int] = []
         decoder = self.tokenizer.stream_decoder()
         stops = _StopStrings(p.stop_strings())
-        tool_calls = 0
-        errors: list[str] = []
         passes_per_block = int(p.max_passes or p.block_length or self.model.config.diffusion.block_length)
         stats = None
         t0 = time.perf_counter()
 
-        def emit(text: str) -> Iterator[Any]:
-            nonlocal tool_calls
+        def emit(text: str) -> list[ReplyEvent]:
             if not text:
-                return
-            if parser is None:
-                yield ContentDelta(text)
-                return
-            for d in parser.feed(text):
-                yield from convert(d)
-
-        def convert(d: Any) -> Iterator[Any]:
-            nonlocal tool_calls
-            kind = type(d).__name__
-            if kind == "ContentDelta":
-                yield ContentDelta(d.text)
-            elif kind == "ReasoningDelta":
-                yield ReasoningDelta(d.text)
-            elif kind == "ToolCallStart":
-                tool_calls += 1
-                yield ToolCallDelta(d.index, d.id, d.name, "")
-            elif kind == "ToolCallArgs":
-                yield ToolCallDelta(d.index, None, None, d.fragment)
-            elif kind == "ParseError":
-                errors.append(d.message)
+                return []
+            return [ContentDelta(text)] if parser is None else parser.feed(text)
 
         halt = _Halt(cancel)
         try:
-            for ev in self._generate(prompt, gen_ids, p, state, halt, parser is not None):
+            for ev in self._generate(prompt, gen_ids, p, state, halt):
                 if isinstance(ev, PassEvent):
                     shown = "".join(MASK_GLYPH if t == p.mask_token_id else self.tokenizer.token_to_piece(t)
                                     for t in ev.tokens)
                     yield Progress(ev.block, ev.pass_index, passes_per_block, ev.masked, shown)
                 elif isinstance(ev, BlockEvent):
                     generated.extend(ev.token_ids)
-                    text = stops.feed(decoder.feed(ev.token_ids))
-                    yield from emit(text)
+                    yield from emit(stops.feed(decoder.feed(ev.token_ids)))
                     if stops.hit:
                         halt.stop()
                 elif isinstance(ev, DoneEvent):
@@ -279,21 +251,15 @@ class ChatSession:
         if not stops.hit:
             yield from emit(stops.feed(decoder.flush()) + stops.flush())
         if parser is not None:
-            for d in parser.finish():
-                yield from convert(d)
+            yield from parser.finish()
         assert stats is not None
         if cache is not None:
             stats.prompt_tokens += len(ids) - 1 - int(cached)
             stats.prompt_ms += prefilled_ms
-        reason = stats.finish_reason
-        if stops.hit:
-            reason = "stop"
-        if tool_calls and reason == "stop":
-            reason = "tool_calls"
         stats.gen_ms = max(stats.gen_ms, (time.perf_counter() - t0) * 1e3 - stats.prompt_ms)
         usage = {"prompt_tokens": len(ids), "completion_tokens": stats.generated_tokens,
                  "total_tokens": len(ids) + stats.generated_tokens, "cached_tokens": int(cached)}
-        yield Finished(reason, usage, _timings(stats, int(cached)), stats, tuple(errors))
+        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats)
 
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .reply import ContentDelta, ParseError, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 FUNC_OPEN, FUNC_CLOSE = "<function=", "</function>"
@@ -35,42 +37,7 @@ _PENDING = object()  # "cannot decide before more text arrives"
 _JUNK = object()
 
 
-# -- deltas -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ContentDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallStart:
-    """A call's name is complete: its index, a fresh id and the name. Arguments follow."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ToolCallArgs:
-    """A piece of the call's `arguments` JSON text; the pieces of one call concatenate to it."""
-
-    index: int
-    fragment: str
-
-
-@dataclass(frozen=True)
-class ParseError:
-    """Something the model wrote that is not a well-formed call (reported, never dropped)."""
-
-    message: str
-    raw: str = ""
-
-
+# -- result ---------------------------------------------------------------------------------------
 @dataclass
 class ParsedOutput:
     content: str | None
@@ -620,21 +587,10 @@ class OutputParser:
 
 def accumulate(deltas: Iterable[Any]) -> ParsedOutput:
     """Fold deltas into the whole message (what a non-streaming response returns)."""
-    content, reasoning = "", ""
-    calls: list[dict[str, Any]] = []
-    errors: list[str] = []
+    reply = Reply()
     for d in deltas:
-        if isinstance(d, ContentDelta):
-            content += d.text
-        elif isinstance(d, ReasoningDelta):
-            reasoning += d.text
-        elif isinstance(d, ToolCallStart):
-            calls.append({"id": d.id, "type": "function", "function": {"name": d.name, "arguments": ""}})
-        elif isinstance(d, ToolCallArgs):
-            calls[d.index]["function"]["arguments"] += d.fragment
-        elif isinstance(d, ParseError):
-            errors.append(d.message)
-    return ParsedOutput(content or None, reasoning or None, calls, errors)
+        reply.add(d)
+    return ParsedOutput(reply.content or None, reply.reasoning or None, reply.tool_calls, reply.errors)
 
 
 def parse_full(text: str, tools: Sequence[Mapping[str, Any]] | None = None, *,

@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from clover_runtime import load_model
-from clover_runtime.chat import ChatSession, ContentDelta, Finished, ReasoningDelta, load_chat
+from clover_runtime.chat import ChatSession, load_chat
 from clover_runtime.decoding import DecodeParams
 from clover_runtime.engine.gdn import CHUNK
 from clover_runtime.memory_fit import estimate, gdn_state_bytes
 from clover_runtime.prompt_cache import PromptCache, checkpoint_bytes, common_prefix
+from clover_runtime.reply import ContentDelta, Finished, ReasoningDelta
 from synth_models import tiny_model_path
 
 BOUNDARY = 7  # a token id the tests use as the message-boundary marker

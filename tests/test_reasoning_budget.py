@@ -5,9 +5,10 @@ against raw completions of prompts built by hand (a fresh prefill each, no budge
 from __future__ import annotations
 
 import pytest
-from clover_runtime.chat import ContentDelta, Finished, ReasoningDelta, load_chat
+from clover_runtime.chat import load_chat
 from clover_runtime.decoding import BlockEvent, DecodeParams, generate
 from clover_runtime.reasoning_budget import CLOSE_THINK, EFFORT_BUDGETS, effort_budget
+from clover_runtime.reply import ContentDelta, Finished, ReasoningDelta
 from synth_models import tiny_model_path
 
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]

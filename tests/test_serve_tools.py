@@ -122,3 +122,26 @@ def test_bad_tool_messages_are_400_naming_the_field(server):
         assert r.status_code == 400, r.text
         err = r.json()["error"]
         assert err["param"] == field and err["message"].startswith(field), err
+
+
+def test_named_tool_choice_counts_the_prompt_it_generates(server, client):
+    """With a named tool only that tool is in the prompt, so the context check counts that prompt:
+    a request whose other tools would not fit is served, and its usage is that prompt's length."""
+    big = {"type": "function", "function": {"name": "search_archive", "description": "archive entry " * 600,
+                                            "parameters": {"type": "object", "properties": {}}}}
+    with server.client() as c:
+        def n_tokens(tools):  # noqa: ANN001, ANN202
+            prompt = c.post("/apply-template", json={"messages": QUESTION, "tools": tools, **NO_THINKING}).json()
+            return len(c.post("/tokenize", json={"content": prompt["prompt"]}).json()["tokens"])
+
+        n_named, n_all = n_tokens(TOOLS), n_tokens([*TOOLS, big])
+    assert n_named + 64 < 2048 <= n_all, (n_named, n_all)  # the test's premise: only the named prompt fits
+    named = client.chat.completions.create(
+        model="tool-model", messages=QUESTION, tools=[*TOOLS, big], max_tokens=64, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, extra_body=NO_THINKING)
+    assert named.usage.prompt_tokens == n_named
+    assert named.choices[0].message.tool_calls[0].function.name == "get_weather"
+    with pytest.raises(openai.BadRequestError) as info:  # "auto" offers every tool: too long
+        client.chat.completions.create(model="tool-model", messages=QUESTION, tools=[*TOOLS, big], max_tokens=64,
+                                       extra_body=NO_THINKING)
+    assert info.value.body["code"] == "context_length_exceeded" and info.value.body["n_prompt_tokens"] == n_all

@@ -9,6 +9,7 @@ import re
 
 import pytest
 from clover_runtime.output_parser import OutputParser, accumulate, convert_value, parse_full
+from clover_runtime.reply import ToolCallArgs, ToolCallStart
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -173,13 +174,12 @@ def test_deltas_arrive_as_soon_as_they_are_certain() -> None:
     parser = OutputParser(TOOLS)
     assert parser.feed("<tool_call>\n<function=read_fi") == []
     start = parser.feed("le>\n<parameter=path>\na.txt\n</parameter>\n")
-    assert [type(d).__name__ for d in start] == ["ToolCallStart", "ToolCallArgs"]
+    assert [type(d) for d in start] == [ToolCallStart, ToolCallArgs]
     assert start[0].name == "read_file" and start[1].fragment == "{"
     # One diffusion block can finish a parameter, the call and start the next call.
     block = parser.feed("<parameter=limit>\n5\n</parameter>\n</function>\n</tool_call>\n"
                         "<tool_call>\n<function=get_weather>\n")
-    assert [(type(d).__name__, getattr(d, "index", None)) for d in block] == [
-        ("ToolCallArgs", 0), ("ToolCallStart", 1), ("ToolCallArgs", 1)]
+    assert [(type(d), d.index) for d in block] == [(ToolCallArgs, 0), (ToolCallStart, 1), (ToolCallArgs, 1)]
     assert block[0].fragment == '"path": "a.txt", "limit": 5}'
     rest = parser.feed("<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>") + parser.finish()
     assert "".join(d.fragment for d in rest) == '"city": "Oslo"}'

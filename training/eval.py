@@ -21,8 +21,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import corpus as demo_corpus  # noqa: E402
-from clover_runtime.chat import ContentDelta, Finished, ToolCallDelta, load_chat  # noqa: E402
+from clover_runtime.chat import load_chat  # noqa: E402
 from clover_runtime.decoding.params import DecodeParams  # noqa: E402
+from clover_runtime.reply import Reply  # noqa: E402
 
 NO_THINK = {"enable_thinking": False}
 _RESULT = re.compile(r"= (-?\d+)\.\s*$")
@@ -30,18 +31,10 @@ _RESULT = re.compile(r"= (-?\d+)\.\s*$")
 
 def reply(chat: Any, messages: list[dict], params: DecodeParams, tools: list | None = None) -> tuple[str, list, Any]:
     """(content, tool calls as (name, arguments text), stats) of one reply."""
-    content, calls, stats = [], [], None
+    out = Reply()
     for ev in chat.stream(messages, tools=tools, params=params, chat_template_kwargs=NO_THINK):
-        if isinstance(ev, ContentDelta):
-            content.append(ev.text)
-        elif isinstance(ev, ToolCallDelta):
-            if ev.name is not None:
-                calls.append([ev.name, ""])
-            if calls:
-                calls[-1][1] += ev.arguments_fragment
-        elif isinstance(ev, Finished):
-            stats = ev.stats
-    return "".join(content), calls, stats
+        out.add(ev)
+    return out.content, [[c.name, c.arguments] for c in out.calls], out.stats
 
 
 def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int) -> dict[str, float]:

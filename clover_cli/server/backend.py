@@ -10,7 +10,7 @@ import json
 import math
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import bad_request, context_exceeded, template_error
 from .generation import Job
@@ -25,6 +25,10 @@ from .schemas import (
     Tool,
 )
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from clover_runtime.chat import PreparedPrompt
+    from clover_runtime.decoding import DecodeParams
 
 JSON_OBJECT_HINT = "Respond with a single valid JSON object and nothing else."
 
@@ -264,18 +268,13 @@ class Backend:
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
         kwargs, budget = thinking(req)
-        ids = self.tokenizer.encode(self._render(messages, tools, kwargs))
-        self._check_context(len(ids))
-        params = replace(self._params(req), reasoning_budget=budget)
-        session = self.session
-        render_tools = None if choice == "none" else tools
-        caches, reuse = self.caches, req.cache_prompt
+        from clover_runtime.errors import TemplateError
 
-        def run(cancel: threading.Event, slot: int) -> Any:
-            return session.stream(messages, tools=render_tools, tool_choice=choice, params=params,
-                                  chat_template_kwargs=kwargs, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
-
-        return Job(run, self._rank(ids, reuse))
+        try:  # rendered and tokenized once: the context check, slot choice and generation share these ids
+            prompt = self.session.prepare(messages, tools=tools, tool_choice=choice, chat_template_kwargs=kwargs)
+        except TemplateError as exc:
+            raise template_error(exc) from None
+        return self._job(prompt, replace(self._params(req), reasoning_budget=budget), req.cache_prompt, "messages")
 
     def prompt_text(self, req: CompletionRequest) -> str:
         """The prompt as text: token ids (OpenAI's other prompt form) are checked and decoded."""
@@ -289,16 +288,18 @@ class Backend:
 
     def completion_job(self, req: CompletionRequest) -> Job:
         req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
-        ids = self.tokenizer.encode(req.prompt)
-        self._check_context(len(ids), "prompt")
-        params = self._params(req)
-        session = self.session
-        caches, reuse = self.caches, req.cache_prompt
+        return self._job(self.session.prepare_text(req.prompt), self._params(req), req.cache_prompt, "prompt")
+
+    def _job(self, prompt: PreparedPrompt, params: DecodeParams, reuse: bool, what: str) -> Job:
+        """Check a prepared prompt against the context and make its generation, on the slot that
+        holds most of exactly these ids."""
+        self._check_context(len(prompt.ids), what)
+        session, caches = self.session, self.caches
 
         def run(cancel: threading.Event, slot: int) -> Any:
-            return session.complete(req.prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
+            return session.generate(prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
 
-        return Job(run, self._rank(ids, reuse))
+        return Job(run, self._rank(prompt.ids, reuse))
 
     def progress_body(self, event: Any) -> dict[str, Any]:
         return {"block": event.block, "step": event.pass_index, "steps": event.passes,

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from clover_runtime.reply import ContentDelta, Progress, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -14,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from .errors import APIError, context_exceeded, template_error
 from .generation import PING, Failed, Generation
 from .schemas import ChatRequest, CompletionRequest, parse_body
-from .shapes import ChatResult, Envelope, kind, new_id, public_reason
+from .shapes import Envelope, new_id, public_reason, tool_call_chunk
 from .sse import DONE_FRAME, PING_FRAME, EventStreamResponse, frame
 from .state import ServerState
 
@@ -63,9 +64,9 @@ async def _until_disconnect(request: Request) -> None:
             return
 
 
-async def _collect(request: Request, state: ServerState, gen: Generation) -> ChatResult:
+async def _collect(request: Request, state: ServerState, gen: Generation) -> Reply:
     """Run a generation to its end for a non-streaming answer; a disconnect cancels it."""
-    result = ChatResult()
+    result = Reply()
     failure: BaseException | None = None
 
     async def consume() -> None:
@@ -104,7 +105,7 @@ def _envelope(state: ServerState, prefix: str) -> Envelope:
 
 async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                        env: Envelope) -> AsyncIterator[str]:
-    result = ChatResult()
+    result = Reply()
     ping = state.settings.sse_ping_s or None
     try:
         yield frame(env.chat_chunk({"role": "assistant", "content": None}))
@@ -116,19 +117,15 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                 state.metrics.count("requests_errors_total")
                 yield frame(_failure(event.exc).body())
                 return
-            k = kind(event)
-            if k == "ContentDelta" and event.text:
-                result.add(event)
+            result.add(event)
+            if isinstance(event, ContentDelta) and event.text:
                 yield frame(env.chat_chunk({"content": event.text}))
-            elif k == "ReasoningDelta" and event.text:
-                result.add(event)
+            elif isinstance(event, ReasoningDelta) and event.text:
                 yield frame(env.chat_chunk({"reasoning_content": event.text}))
-            elif k == "ToolCallDelta":
-                yield frame(env.chat_chunk({"tool_calls": [result.tool_delta(event)]}))
-            elif k == "Progress" and req.return_progress:
+            elif isinstance(event, (ToolCallStart, ToolCallArgs)):
+                yield frame(env.chat_chunk({"tool_calls": [tool_call_chunk(event)]}))
+            elif isinstance(event, Progress) and req.return_progress:
                 yield frame(env.chat_chunk({}, diffusion_progress=state.backend.progress_body(event)))
-            elif k == "Finished":
-                result.finish(event)
         if gen.timed_out:
             state.metrics.count("requests_errors_total")
             yield frame(_timeout_error(state).body())
@@ -150,7 +147,7 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
 
 async def _completion_stream(state: ServerState, gen: Generation, req: CompletionRequest,
                              env: Envelope) -> AsyncIterator[str]:
-    result = ChatResult()
+    result = Reply()
     ping = state.settings.sse_ping_s or None
     try:
         async for event in gen.events(ping):
@@ -161,12 +158,9 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
                 state.metrics.count("requests_errors_total")
                 yield frame(_failure(event.exc).body())
                 return
-            k = kind(event)
-            if k == "ContentDelta" and event.text:
-                result.add(event)
+            result.add(event)
+            if isinstance(event, ContentDelta) and event.text:
                 yield frame(env.text(event.text, None, chunk=True))
-            elif k == "Finished":
-                result.finish(event)
         if gen.timed_out:
             state.metrics.count("requests_errors_total")
             yield frame(_timeout_error(state).body())

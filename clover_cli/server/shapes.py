@@ -1,8 +1,7 @@
-"""OpenAI response objects built from chat-session events (`ContentDelta`, `ToolCallDelta`, ...).
+"""OpenAI response objects built from the reply contract (`clover_runtime.reply`).
 
-Events are matched by class name, so this module depends on the event contract, not on where the
-classes live. Streaming and non-streaming answers are built from the same events, so a client sees
-the same text, reasoning and tool calls either way.
+Streaming and non-streaming answers are built from the same events folded into the same `Reply`,
+so a client sees the same text, reasoning, tool calls and finish reason either way.
 """
 
 from __future__ import annotations
@@ -12,13 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from clover_runtime.reply import Reply, ToolCallArgs, ToolCallStart
+
 
 def new_id(prefix: str, n_hex: int = 32) -> str:
     return prefix + secrets.token_hex(n_hex // 2)
-
-
-def kind(event: Any) -> str:
-    return type(event).__name__
 
 
 def usage_body(usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -46,78 +43,21 @@ def timings_body(timings: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-@dataclass
-class ToolCallState:
-    id: str
-    name: str = ""
-    arguments: str = ""
+def tool_call_chunk(event: ToolCallStart | ToolCallArgs) -> dict[str, Any]:
+    """One tool-call event in OpenAI's streaming form (`delta.tool_calls[i]`): the first carries
+    id, type and name, the later ones argument fragments."""
+    if isinstance(event, ToolCallStart):
+        return {"index": event.index, "id": event.id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
+    return {"index": event.index, "function": {"arguments": event.fragment}}
 
 
-@dataclass
-class ChatResult:
-    """A whole answer, accumulated from events; also tracks tool-call ids for streaming."""
-
-    content: str = ""
-    reasoning: str = ""
-    calls: dict[int, ToolCallState] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, Any] = field(default_factory=dict)
-
-    def tool_delta(self, event: Any) -> dict[str, Any]:
-        """Fold one ToolCallDelta in and return its OpenAI streaming form (`delta.tool_calls[i]`)."""
-        index = int(event.index)
-        first = index not in self.calls
-        if first:
-            self.calls[index] = ToolCallState(id=getattr(event, "id", None) or new_id("call_", 24))
-        call = self.calls[index]
-        name = getattr(event, "name", None)
-        fragment = getattr(event, "arguments_fragment", None) or ""
-        if name:
-            call.name = name
-        call.arguments += fragment
-        out: dict[str, Any] = {"index": index}
-        fn: dict[str, Any] = {}
-        if first:
-            out["id"] = call.id
-            out["type"] = "function"
-        if name:
-            fn["name"] = name
-        fn["arguments"] = fragment
-        out["function"] = fn
-        return out
-
-    def add(self, event: Any) -> None:
-        k = kind(event)
-        if k == "ContentDelta":
-            self.content += event.text
-        elif k == "ReasoningDelta":
-            self.reasoning += event.text
-        elif k == "ToolCallDelta":
-            self.tool_delta(event)
-        elif k == "Finished":
-            self.finish(event)
-
-    def finish(self, event: Any) -> None:
-        reason = event.finish_reason
-        if self.calls and reason == "stop":
-            reason = "tool_calls"
-        self.finish_reason = reason
-        self.usage = dict(event.usage or {})
-        self.timings = dict(event.timings or {})
-
-    def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.reasoning:
-            msg["reasoning_content"] = self.reasoning
-        if self.calls:
-            msg["content"] = self.content or None
-            msg["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments or "{}"}}
-                for _, c in sorted(self.calls.items())
-            ]
-        return msg
+def chat_message(reply: Reply) -> dict[str, Any]:
+    """The assistant message as OpenAI returns it: content null when the reply only calls tools."""
+    msg = reply.message()
+    if reply.calls:
+        msg["content"] = reply.content or None
+    return msg
 
 
 @dataclass
@@ -129,11 +69,11 @@ class Envelope:
     fingerprint: str
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def chat(self, result: ChatResult) -> dict[str, Any]:
+    def chat(self, result: Reply) -> dict[str, Any]:
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "message": result.message(), "logprobs": None,
+            "choices": [{"index": 0, "message": chat_message(result), "logprobs": None,
                          "finish_reason": public_reason(result.finish_reason)}],
             "usage": usage_body(result.usage), "timings": timings_body(result.timings),
         }
