@@ -79,6 +79,7 @@ def test_ctrl_c_clears_the_line_and_history_outlives_the_session(model: str, tmp
     try:
         _prompt(child)
         child.send("half a thought")
+        child.expect_exact("half a thought")  # echoed, so the line editor holds the keys before Ctrl-C
         child.sendintr()  # clears the line; does not leave
         _prompt(child)
         child.sendintr()  # at an empty prompt: says how to leave
