@@ -142,14 +142,20 @@ def test_reasoning_budget_and_set_think(model: str, tmp_path: Path) -> None:
         child.sendline("/set think")
         child.expect_exact("Set 'think' mode.")
         _prompt(child)
-        child.sendline("Hello there")
-        child.expect_exact("thinking…")
-        child.expect("tokens per forward")
-        _prompt(child)
-        child.sendline("/bye")
-        child.expect(pexpect.EOF)
+        _ask_then_leave(child, "Hello there", before_stats="thinking…")
     finally:
         child.close()
+
+
+def _ask_then_leave(child: pexpect.spawn, line: str, *, before_stats: str | None = None) -> None:
+    """Send one message, wait for its stats line (and `before_stats` ahead of it), then /bye."""
+    child.sendline(line)
+    if before_stats is not None:
+        child.expect_exact(before_stats)
+    child.expect("tokens per forward")
+    _prompt(child)
+    child.sendline("/bye")
+    child.expect(pexpect.EOF)
 
 
 def _screen(raw: str) -> list[str]:
@@ -175,11 +181,7 @@ def test_visual_mode_leaves_the_whole_reply_on_screen(tmp_path: Path) -> None:
     child.logfile_read = log
     try:
         _prompt(child)
-        child.sendline("Count the time")
-        child.expect("tokens per forward")
-        _prompt(child)
-        child.sendline("/bye")
-        child.expect(pexpect.EOF)
+        _ask_then_leave(child, "Count the time")
     finally:
         child.close()
     raw = log.getvalue()

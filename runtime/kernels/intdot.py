@@ -27,7 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
-from .simd import _Block, _i64, _literal, _vec, _vfma
+from .simd import _Block, _i64, _k_scale_bytes, _literal, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
@@ -94,13 +94,7 @@ def _splat16(k: _Block, v: ir.Value, lanes: list[int]) -> ir.Value:
 
 def _k_scale_ints(k: _Block) -> tuple[ir.Value, ir.Value]:
     """The eight 6-bit scales and minimums of a Q4_K/Q5_K block, as <8 x i16> each."""
-    s = k.bytes(4, 12)
-    low = [0, 0, 0, 0, 48, 48, 48, 48]
-    sc = k.b.or_(k.b.and_(k.shuffle(s, [0, 1, 2, 3, 8, 9, 10, 11]), k.const(_I8, [63] * 4 + [15] * 4)),
-                 k.b.and_(k.shr8(k.shuffle(s, [0, 1, 2, 3, 0, 1, 2, 3]), 2), k.const(_I8, low)))
-    c = k.shuffle(s, [4, 5, 6, 7, 8, 9, 10, 11])
-    mn = k.b.lshr(k.b.and_(c, k.const(_I8, [63] * 4 + [255] * 4)), k.const(_I8, [0] * 4 + [4] * 4))
-    mn = k.b.or_(mn, k.b.and_(k.shr8(k.shuffle(s, [4, 5, 6, 7, 4, 5, 6, 7]), 2), k.const(_I8, low)))
+    sc, mn = _k_scale_bytes(k)
     return k.b.zext(sc, _vec(_I16, 8)), k.b.zext(mn, _vec(_I16, 8))
 
 
@@ -177,16 +171,23 @@ def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: i
     neg_dmin = b.fneg(dmin)
     out = []
     for row, acc in zip(rows, accs, strict=True):
-        isum = None
-        for j in range(8):
-            x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
-            part = madd(b, maddubs(b, vals[j], x), scales[j])
-            isum = part if isum is None else b.add(isum, part)
+        isum = _superblock_dot(b, row, col, vals, scales)
         dx = row.scale(blk)
         acc = _scaled(k, acc, isum, b.fmul(d, dx))
         msum = madd(b, row.sums(b.mul(blk, ir.Constant(_I64, 16))), mins)
         out.append(_scaled(k, acc, msum, b.fmul(neg_dmin, dx)))
     return out
+
+
+def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Value],
+                    scales: list[ir.Value]) -> ir.Value:
+    """Σ over a 256-value K-quant block of scale_j · (weights_j · x_j), eight 32-value parts, in i32 lanes."""
+    isum = None
+    for j in range(8):
+        x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
+        part = madd(b, maddubs(b, vals[j], x), scales[j])
+        isum = part if isum is None else b.add(isum, part)
+    return isum
 
 
 def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
@@ -209,11 +210,7 @@ def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
     five = ir.Constant(_vec(_I32, 8), [5] * 8)
     out = []
     for row, acc in zip(rows, accs, strict=True):
-        isum = None
-        for j in range(8):
-            x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
-            part = madd(b, maddubs(b, vals[j], x), scales[j])
-            isum = part if isum is None else b.add(isum, part)
+        isum = _superblock_dot(b, row, col, vals, scales)
         offset = madd(b, row.sums(b.mul(blk, ir.Constant(_I64, 16))), sc)  # Σ scale · sum16
         isum = b.sub(isum, b.shl(offset, five))  # the values are stored +32
         out.append(_scaled(k, acc, isum, b.fmul(d, row.scale(blk))))

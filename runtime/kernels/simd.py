@@ -154,6 +154,14 @@ def _dec_q5_1(k: _Block) -> list[ir.Value]:
 
 def _k_scales(k: _Block, d: ir.Value, dmin: ir.Value) -> tuple[ir.Value, ir.Value]:
     """The eight 6-bit (scale, min) pairs of a Q4_K/Q5_K block, times d and -dmin."""
+    sc, mn = _k_scale_bytes(k)
+    neg = k.b.fneg(dmin)
+    return k.mul(k.ufloat(sc), d), k.mul(k.ufloat(mn), neg)
+
+
+def _k_scale_bytes(k: _Block) -> tuple[ir.Value, ir.Value]:
+    """The eight 6-bit scales and minimums of a Q4_K/Q5_K block, unpacked as <8 x i8> each
+    (shared by the float kernels here and the integer ones in intdot)."""
     s = k.bytes(4, 12)
     low = [0, 0, 0, 0, 48, 48, 48, 48]
     sc = k.b.or_(k.b.and_(k.shuffle(s, [0, 1, 2, 3, 8, 9, 10, 11]), k.const(_I8, [63] * 4 + [15] * 4)),
@@ -161,8 +169,7 @@ def _k_scales(k: _Block, d: ir.Value, dmin: ir.Value) -> tuple[ir.Value, ir.Valu
     c = k.shuffle(s, [4, 5, 6, 7, 8, 9, 10, 11])
     mn = k.b.lshr(k.b.and_(c, k.const(_I8, [63] * 4 + [255] * 4)), k.const(_I8, [0] * 4 + [4] * 4))
     mn = k.b.or_(mn, k.b.and_(k.shr8(k.shuffle(s, [4, 5, 6, 7, 4, 5, 6, 7]), 2), k.const(_I8, low)))
-    neg = k.b.fneg(dmin)
-    return k.mul(k.ufloat(sc), d), k.mul(k.ufloat(mn), neg)
+    return sc, mn
 
 
 def _dec_q4_k(k: _Block) -> list[ir.Value]:
