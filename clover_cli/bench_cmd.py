@@ -103,7 +103,10 @@ def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact
     from clover_runtime.bench import model_facts, records, run_tests
     from clover_runtime.engine import load_model
 
+    from .model_setup import compile_first_run
+
     model = load_model(path, n_threads=cfg.threads, backend=cfg.backend, exact_kernels=exact_kernels)
+    compile_first_run(model)
     facts = model_facts(path, model)
     with _progress(len(tests) * (repetitions + int(warmup))) as tick:
         results = run_tests(model, tests, cfg, repetitions=repetitions, warmup=warmup,

@@ -70,3 +70,25 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
     return PreparedModel(path, model_id, n_ctx, cfg, verdict, sampling)
+
+
+COMPILING = "compiling kernels (first run only)…"
+
+
+def compile_first_run(model: Any, *, spinner: bool = True) -> None:
+    """On a first run, compile the kernels before the first reply under a spinner on stderr (a line
+    when stderr is not a terminal, or without `spinner`) instead of a silent pause inside the
+    first forward."""
+    from clover_runtime.kernel_warmup import compile_kernels, needs_compile
+
+    from . import console
+
+    if not needs_compile(model):
+        return
+    con = console.err()
+    if not (spinner and con.is_terminal):
+        console.info(COMPILING)
+        compile_kernels(model)
+        return
+    with con.status(COMPILING, spinner="dots"):
+        compile_kernels(model)

@@ -84,7 +84,7 @@ def command(
     from clover_runtime.decoding import DecodeParams
     from clover_runtime.errors import CloverError
 
-    from .model_setup import prepare
+    from .model_setup import compile_first_run, prepare
 
     if model_opt and model and prompt is not None:
         raise CloverError("the model is given twice (argument and -m)", "give it once")
@@ -111,6 +111,7 @@ def command(
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
                         backend=backend, defaults=params, exact_kernels=exact_kernels)
+    compile_first_run(session.model)
     cache = session.new_cache(max_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
     banner = _banner(session, prep, params)
     if session.template.is_fallback:

@@ -293,8 +293,12 @@ def _foreground(opts: ServeOptions) -> None:
     def load_session() -> object:
         from clover_runtime.chat import load_chat
 
-        return load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
-                         n_threads=opts.threads, exact_kernels=opts.exact_kernels)
+        from .model_setup import compile_first_run
+
+        session = load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
+                            n_threads=opts.threads, exact_kernels=opts.exact_kernels)
+        compile_first_run(session.model, spinner=False)
+        return session
 
     logging.basicConfig(level=logging.INFO if console.verbose() else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)

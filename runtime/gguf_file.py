@@ -130,6 +130,9 @@ def _tensor_nbytes(name: str, ggml_type: int, shape: tuple[int, ...], file: str 
     return n // block * size
 
 
+_U64 = struct.Struct("<Q")
+
+
 class _Cursor:
     """Sequential little-endian reads over a buffer, raising HeaderTruncated at its end.
 
@@ -176,21 +179,22 @@ class _Cursor:
         return bytes(raw).decode("utf-8", errors="replace")
 
     def string_array(self, count: int) -> list[str]:
+        """`count` strings: one pass over the length fields, then one UTF-8 decode of all the bytes
+        (a real vocabulary is ~500k strings; decoding each alone was most of a header's parse)."""
         buf, pos, end = self.buf, self.pos, self.end
-        unpack = struct.unpack_from
-        out: list[str] = []
-        append = out.append
-        for _ in range(count):
+        unpack = _U64.unpack_from
+        starts = [0] * count
+        for i in range(count):
             if pos + 8 > end:
                 raise HeaderTruncated(pos + 8)
-            (n,) = unpack("<Q", buf, pos)
+            (n,) = unpack(buf, pos)
             pos += 8
-            if pos + n > end:
-                raise HeaderTruncated(pos + n)
-            append(str(buf[pos:pos + n], "utf-8", "replace"))
+            starts[i] = pos
             pos += n
-        self.pos = pos
-        return out
+            if pos > end:
+                raise HeaderTruncated(pos)
+        first, self.pos = self.pos, pos
+        return _decode_strings(buf[first:pos], starts, first)
 
     def value(self, vtype: int, key: str = "", depth: int = 0) -> tuple[Any, int | None]:
         if vtype in _SCALAR_FORMATS:
@@ -216,6 +220,33 @@ class _Cursor:
                 return [self.value(T_ARRAY, key, depth + 1)[0] for _ in range(count)], etype
             raise ModelFileError(f"{self.name}: metadata key '{key}' has unknown array element type {etype}")
         raise ModelFileError(f"{self.name}: metadata key '{key}' has unknown value type {vtype}")
+
+
+def _decode_strings(region: memoryview, starts: list[int], base: int) -> list[str]:
+    """The strings of a GGUF string array whose bytes (length fields included) are `region` and
+    whose data begin at `starts` (absolute; `base` is the region's start).
+
+    Each length field becomes one NUL separator and the whole is decoded and split once. A NUL is
+    not part of any multi-byte UTF-8 sequence, so when that strict decode succeeds and no string
+    holds a NUL of its own, each piece is exactly what decoding that string alone gives. Anything
+    else is decoded string by string with replacement characters."""
+    count = len(starts)
+    if count == 0:
+        return []
+    raw = np.frombuffer(region, dtype=np.uint8)
+    at = np.asarray(starts, dtype=np.int64) - base  # data starts within the region
+    keep = np.ones(len(raw), dtype=bool)
+    keep[((at - 8)[:, None] + np.arange(7)).ravel()] = False  # keep the last byte of each length field
+    marked = raw.copy()
+    marked[at - 1] = 0
+    joined = marked[keep]
+    if int(np.count_nonzero(joined == 0)) == count:
+        try:
+            return joined.tobytes().decode("utf-8").split("\x00")[1:]
+        except UnicodeDecodeError:
+            pass
+    ends = [*(a - 8 for a in at[1:].tolist()), len(raw)]
+    return [str(region[a:e], "utf-8", "replace") for a, e in zip(at.tolist(), ends, strict=True)]
 
 
 def parse_header(buf: Any, file_size: int | None = None, name: str = "file") -> GGUFHeader:

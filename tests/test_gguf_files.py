@@ -15,6 +15,8 @@ from clover_runtime.gguf_file import HeaderTruncated, open_gguf, parse_header
 from clover_runtime.model_summary import summarize
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from inspect_helpers import REAL, edit_bytes, median_open_seconds, real_shape_path, run_clover, write_model
 
 SUPPORTED = "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16"
@@ -208,3 +210,14 @@ def test_real_vocabulary_header_parses_fast(tmp_path_factory):
     seconds = median_open_seconds(path)
     print(f"open_gguf median of 5 on a 248,320-token header: {seconds * 1000:.0f} ms")
     assert seconds < 1.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=6).map(lambda t: t.encode("utf-8"))), max_size=40))
+def test_string_arrays_decode_as_each_string_alone(items):
+    """The one-decode fast path gives exactly what decoding each string alone (with replacement
+    characters) gives: invalid bytes, NULs, empty strings and sequences split across strings."""
+    from clover_runtime.gguf_file import _Cursor
+
+    region = b"".join(struct.pack("<Q", len(x)) + x for x in items)
+    assert _Cursor(region).string_array(len(items)) == [x.decode("utf-8", "replace") for x in items]
