@@ -1,10 +1,11 @@
-"""The compiled chunked Gated DeltaNet against the per-token recurrence written from docs/architecture.md §4."""
+"""The compiled Gated DeltaNet kernels (chunked for prefill, token by token for decode) against the
+per-token recurrence written from docs/architecture.md §4."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from clover_runtime.kernels import gdn_chunked
+from clover_runtime.kernels import gdn_chunked, gdn_recurrent
 
 RTOL = 1e-5
 
@@ -71,3 +72,31 @@ def test_bad_shapes_are_refused():
         gdn_chunked(q, k, v, g, beta, S0[:3])
     with pytest.raises(ValueError, match="inconsistent shapes"):
         gdn_chunked(q, k, v, g[:3], beta, S0)
+
+
+@pytest.mark.parametrize("T", [1, 2, 8])  # decode, and the few rows of a short commit
+def test_token_by_token_kernel_equals_the_recurrence(T):
+    q, k, v, g, beta, S0 = _inputs(T, hk=2, hv=4, dk=32, dv=24, seed=10 + T)
+    before = S0.copy()
+    o, S = gdn_recurrent(q, k, v, g, beta, S0)
+    ref_o, ref_S = _per_token(q, k, v, g, beta, S0)
+    _close(o, ref_o)
+    _close(S, ref_S)
+    np.testing.assert_array_equal(S0, before)  # a new state unless told to write in place
+    o2, S2 = gdn_recurrent(q, k, v, g, beta, S0, S0)  # in place: the decode path's own state
+    assert S2 is S0
+    _close(o2, ref_o)
+    _close(S0, ref_S)
+
+
+def test_token_by_token_kernel_continues_a_state_and_refuses_bad_shapes():
+    q, k, v, g, beta, S0 = _inputs(6, hk=1, hv=2, dk=16, dv=16, seed=4)
+    S = S0.copy()
+    outs = [gdn_recurrent(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1], beta[t:t + 1], S, S)[0] for t in range(6)]
+    ref_o, ref_S = _per_token(q, k, v, g, beta, S0)
+    _close(np.concatenate(outs), ref_o)
+    _close(S, ref_S)
+    with pytest.raises(ValueError, match="state must be"):
+        gdn_recurrent(q, k, v, g, beta, S0[:1])
+    with pytest.raises(ValueError, match="S_out"):
+        gdn_recurrent(q, k, v, g, beta, S0, np.empty((2, 16, 8), np.float32))

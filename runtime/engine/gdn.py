@@ -130,16 +130,24 @@ def chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np
 
 
 def delta_rule(w: Weights, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
-               s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               s: np.ndarray, s_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-token loop for a few rows, chunked form for more (compiled with the numba backend).
 
-    Returns (o, new S); `s` itself is left unchanged.
+    Returns (o, new S). `s` itself is left unchanged unless it is `s_out`, where the new state
+    goes when given (the compiled per-token form then updates it without a copy).
     """
     if q.shape[0] <= RECURRENT_MAX_ROWS:
-        return recurrent(q, k, v, beta, g, s.copy())
-    if w.gdn_kernel is not None:
-        return w.gdn_kernel(q, k, v, g, beta, s)
-    return chunked(q, k, v, beta, g, s)
+        if w.gdn_step_kernel is not None:
+            return w.gdn_step_kernel(q, k, v, g, beta, s, s_out)
+        o, s_new = recurrent(q, k, v, beta, g, s.copy())
+    elif w.gdn_kernel is not None:
+        o, s_new = w.gdn_kernel(q, k, v, g, beta, s)
+    else:
+        o, s_new = chunked(q, k, v, beta, g, s)
+    if s_out is None:
+        return o, s_new
+    s_out[...] = s_new
+    return o, s_out
 
 
 def output(w: Weights, cfg: ModelConfig, layer: int, o: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -151,20 +159,20 @@ def output(w: Weights, cfg: ModelConfig, layer: int, o: np.ndarray, z: np.ndarra
 
 def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
     """The layer for rows continuing `state`; advances its conv ring and recurrent state."""
-    out, ring, s = _causal(w, cfg, layer, h, state)
     r0, s0 = state.gdn(layer)
+    out, ring, _ = _causal(w, cfg, layer, h, state, s_out=s0)
     r0[...] = ring
-    s0[...] = s
     return out
 
 
-def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
-            state: SequenceState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+            s_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(output, new conv ring, new S); the new S goes to `s_out` when given (the state's own)."""
     pr = project(w, cfg, layer, h)
     ring, s = state.gdn(layer)
     x, new_ring = conv(ring, pr.u, w.tensor(f"blk.{layer}.ssm_conv1d.weight"))
     q, k, v = split_heads(cfg, silu(x))
-    o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s)
+    o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out)
     return output(w, cfg, layer, o, pr.z), new_ring, s_new
 
 

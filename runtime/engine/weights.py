@@ -62,12 +62,14 @@ class Weights:
         self.n_threads = n_threads
         self.exact_kernels = exact_kernels
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
+        self.gdn_step_kernel = None  # its token-by-token form for a few rows (kernels.gdn_recurrent)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         if self.backend == "numba":
             from .. import kernels
 
             self._kernels = kernels
             self.gdn_kernel = kernels.gdn_chunked
+            self.gdn_step_kernel = kernels.gdn_recurrent
             self.enter()
             for name, info in file.tensors.items():
                 if len(info.shape) in (2, 3):

@@ -124,3 +124,70 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     if T:
         _gdn(q, k, v, g, beta, S, o, max(1, int(chunk)))
     return o, S
+
+
+@njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
+def _gdn_steps(q, k, v, g, beta, S_in, S_out, o):
+    T, Hk, dk = q.shape
+    Hv, dv = v.shape[1], v.shape[2]
+    for h in prange(Hv):
+        kh = h % Hk
+        src = S_in[h]
+        dst = S_out[h]
+        a = np.empty(dv, np.float32)
+        b = np.empty(dv, np.float32)
+        e = np.empty(dv, np.float32)
+        for t in range(T):
+            decay = np.float32(np.exp(g[t, h]))
+            a[:] = 0.0
+            b[:] = 0.0
+            qk = np.float32(0.0)
+            for i in range(dk):
+                ki, qi = k[t, kh, i], q[t, kh, i]
+                qk += qi * ki
+                row = src[i]
+                for c in range(dv):
+                    a[c] += ki * row[c]
+                    b[c] += qi * row[c]
+            bt = beta[t, h]
+            for c in range(dv):
+                e[c] = (v[t, h, c] - decay * a[c]) * bt
+                o[t, h, c] = decay * b[c] + qk * e[c]
+            for i in range(dk):
+                ki = k[t, kh, i]
+                rs = src[i]
+                rd = dst[i]
+                for c in range(dv):
+                    rd[c] = decay * rs[c] + ki * e[c]
+            src = dst
+
+
+def gdn_recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+                  S0: np.ndarray, S_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The gated delta rule token by token for a few rows (decode, a short commit): per value head,
+    in parallel over heads, one read of S for Sᵀk and Sᵀq and one read-write for the update
+    (o_t = e^{g}·Sᵀq + (q·k)·e, with e = β(v − e^{g}·Sᵀk)), where the numpy form makes five
+    passes over the state and copies it twice. Same arguments and result as `gdn_chunked`; the
+    new state goes to `S_out` (it may be S0 itself: each element is read before it is written)."""
+    q = np.ascontiguousarray(q, np.float32)
+    k = np.ascontiguousarray(k, np.float32)
+    v = np.ascontiguousarray(v, np.float32)
+    g = np.ascontiguousarray(g, np.float32)
+    beta = np.ascontiguousarray(beta, np.float32)
+    T, hk, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    if k.shape != q.shape or v.shape[0] != T or g.shape != (T, hv) or beta.shape != (T, hv):
+        raise ValueError(f"inconsistent shapes q{q.shape} k{k.shape} v{v.shape} g{g.shape} beta{beta.shape}")
+    if S0.shape != (hv, dk, dv) or hv % hk or S0.dtype != np.float32 or not S0.flags.c_contiguous:
+        raise ValueError(f"state must be C-contiguous float32 ({hv}, {dk}, {dv}) with value heads a multiple "
+                         "of key heads")
+    if S_out is None:
+        S_out = np.empty_like(S0)
+    elif S_out.shape != S0.shape or S_out.dtype != np.float32 or not S_out.flags.c_contiguous:
+        raise ValueError("S_out must be a C-contiguous float32 array shaped like the state")
+    o = np.empty((T, hv, dv), np.float32)
+    if T:
+        _gdn_steps(q, k, v, g, beta, S0, S_out, o)
+    else:
+        S_out[...] = S0
+    return o, S_out
