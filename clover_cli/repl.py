@@ -14,6 +14,7 @@ from clover_runtime.reply import Reply
 from rich.console import Console
 
 from .chat_view import ReplyPrinter, run_in_thread, stats_line
+from .console import safe
 
 HELP = """commands:
   /help, /?              this help
@@ -116,12 +117,12 @@ class Repl:
         elif cmd == "/show":
             self._show(arg)
         elif cmd in ("/read", "/save", "/load") and not arg:
-            self.con.print(f"usage: {cmd} FILE")
+            self.con.print(f"usage: {safe(cmd)} FILE", markup=False)
         elif cmd == "/read":
             try:
                 text = Path(arg).expanduser().read_text(encoding="utf-8")
             except OSError as exc:
-                self.con.print(f"cannot read {arg}: {exc.strerror}")
+                self.con.print(f"cannot read {safe(arg)}: {exc.strerror}", markup=False)
                 return True
             self.ask(f"--- File: {Path(arg).name} ---\n{text}")
         elif cmd == "/save":
@@ -129,7 +130,7 @@ class Repl:
         elif cmd == "/load":
             self._load(Path(arg).expanduser())
         else:
-            self.con.print(f"unknown command {cmd} (/help lists them)")
+            self.con.print(f"unknown command {safe(cmd)} (/help lists them)", markup=False)
         return True
 
     def _save(self, path: Path) -> None:
@@ -200,12 +201,12 @@ class Repl:
         from .repl_params import show_rows
 
         if what == "template":
-            self.con.print(self.session.template.source, markup=False)
+            self.con.print(safe(self.session.template.source, lines=True), markup=False)
         elif what in ("params", "parameters"):
             for k, v in show_rows(self.params, self.think):
                 self.con.print(f"  {k:<20} {v}", markup=False)
         else:
-            self.con.print(self.banner, markup=False)
+            self.con.print(safe(self.banner, lines=True), markup=False)
 
     # -- generation -------------------------------------------------------------------------------
     def ask(self, text: str) -> None:
@@ -244,7 +245,7 @@ class Repl:
             self.con.print(EXIT_HINT, style="dim")
 
     def loop(self) -> int:
-        self.con.print(self.banner, markup=False)
+        self.con.print(safe(self.banner, lines=True), markup=False)
         self.con.print('Type a message, /help for commands, """ for multi-line input.', style="dim")
         try:
             return self._loop()

@@ -56,7 +56,8 @@ def test_set_validates_and_show_params_lists_what_set_takes(model: str, tmp_path
                              ("/set frobs 3", "unknown parameter 'frobs'"),
                              ("/set threshold 0.75", "Set parameter 'threshold' to '0.75'"),
                              ("/set parameter num_predict 5", "Set parameter 'max_tokens' to '5'"),
-                             ("/set nothink", "Set 'nothink' mode.")):
+                             ("/set nothink", "Set 'nothink' mode."),
+                             ("/[/]x[bold]", "unknown command /[/]x[bold] (/help lists them)")):  # not markup
             child.sendline(line)
             child.expect_exact(answer)
             _prompt(child)
