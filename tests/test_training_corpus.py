@@ -89,3 +89,13 @@ def test_tool_turns_parse_back_into_the_intended_calls(corpus: demo.Corpus, temp
             assert (parsed.reasoning or None) == turn.get("reasoning_content")
             checked += 1
     assert checked >= 100
+
+
+def test_held_out_cities_depend_on_the_seed_alone() -> None:
+    """eval.py rebuilds the held-out sets with a one-pair corpus: they must be the training run's."""
+    small = demo.make_corpus(0, arithmetic_pairs=1, repeats=1)
+    full = demo.make_corpus(0, **SMALL)
+    assert small.held_out_cities == full.held_out_cities
+    assert small.held_out_arithmetic == full.held_out_arithmetic
+    trained = {m["content"] for d in full.train for m in d.messages if m["role"] == "user"}
+    assert not any(city in q for q in trained for city in full.held_out_cities)

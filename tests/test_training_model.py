@@ -82,16 +82,18 @@ def test_training_blocks_are_clovers_preview_passes(tiny) -> None:  # noqa: ANN0
 
 
 def test_diffusion_loss_uses_the_rows_clover_reads(tiny) -> None:  # noqa: ANN001
-    """The diffusion loss equals the cross-entropy of the rows `policy.logit_rows_for` picks from
-    clover's preview (shifted alignment), over masked positions other than the first; the causal
+    """The diffusion loss is the cross-entropy of the rows `policy.logit_rows_for` picks from
+    clover's preview (shifted alignment), over masked positions other than the first, each
+    weighted by 1/rate of its block, per predicted position; the causal
     loss covers exactly the assistant tokens."""
     model, engine = tiny
     batch = _batch(engine, torch.Generator().manual_seed(3))
     with torch.no_grad():
         parts = losses(model, batch)
-    terms = []
+    terms, positions = [], 0
     for b in range(2):
         for n, start in enumerate(batch.starts[b].tolist()):
+            positions += int(batch.valid[b, n]) * (batch.blocks.shape[-1] - 1)
             masked = np.flatnonzero(batch.masked[b, n].numpy()).tolist()
             rows, _ = policy.logit_rows_for(masked, shift_logits=True)
             if not rows:
@@ -102,9 +104,9 @@ def test_diffusion_loss_uses_the_rows_clover_reads(tiny) -> None:  # noqa: ANN00
             targets = batch.block_targets[b, n].numpy()[[r + 1 for r in rows]]
             logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
                 - logits.max(1, keepdims=True)
-            terms += list(-logp[np.arange(len(rows)), targets])
+            terms += list(-logp[np.arange(len(rows)), targets] / float(batch.rate[b, n]))  # ELBO weight 1/rate
     assert len(terms) > 5
-    assert abs(float(parts["diffusion"]) - float(np.mean(terms))) < 1e-3
+    assert abs(float(parts["diffusion"]) - float(np.sum(terms)) / positions) < 1e-3
     kept = (batch.ar_targets[0] != IGNORE).nonzero().reshape(-1).tolist()
     assert kept == list(range(4, 11)) + list(range(17, 28))
 

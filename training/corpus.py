@@ -5,7 +5,8 @@ Three kinds of dialogue, each a list of OpenAI-style messages (plus tools where 
   set of operand pairs is held out of training for evaluation;
 - facts: short questions about clover and its commands, answered from a fixed table;
 - tool use, in Qwen3.6's XML tool-call format: a weather tool and a calculator tool, the tool's
-  result, then the final answer; a seeded set of cities is held out for evaluation.
+  result, then the final answer; a seeded set of real cities is held out for evaluation, and
+  invented place names teach the model to copy whatever city the question names.
 
 Every dialogue is rendered through clover's own Qwen3.6 chat template and split into segments:
 prompt text (context, not trained on) and assistant text (trained on), tokenized separately, as
@@ -63,6 +64,8 @@ CITIES = (
     "Lima", "Bogota", "Santiago", "Quito", "Havana", "Dallas", "Austin", "Phoenix", "Helsinki", "Zurich",
     "Geneva", "Munich", "Hamburg", "Milan", "Naples", "Porto", "Seville", "Kyoto", "Osaka", "Hanoi",
 )
+SYLLABLES = ("ka", "lo", "mi", "ran", "te", "vo", "sur", "bel", "na", "dor", "qui", "fen", "ta", "ris", "gal",
+             "mon", "pe", "zu", "har", "lin", "co", "vet", "sa", "bru", "el", "tor", "ny", "ax", "wen", "pol")
 CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "snowy", "foggy", "clear")
 
 # Questions about clover (three phrasings each) and the one answer the model learns for them.
@@ -153,6 +156,13 @@ def weather_report(city: str, seed: int) -> dict[str, Any]:
     return {"city": city, "temperature": r.randint(-5, 35), "condition": r.choice(CONDITIONS)}
 
 
+def invented_city(rng: random.Random) -> str:
+    """A made-up place name (2-3 syllables): weather questions about thousands of different names
+    teach the model to copy the city from the question instead of memorising a list of cities."""
+    name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+    return name[:1].upper() + name[1:]
+
+
 def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
     """User asks, the assistant calls get_weather, the tool answers, the assistant reports."""
     args: dict[str, Any] = {"city": city} if unit is None else {"city": city, "unit": unit}
@@ -224,14 +234,15 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         qa = _qa(arithmetic_question(a, op, b, rng), arithmetic_answer(a, op, b))
         corpus.train.append(dialogue("arithmetic", qa, None, rng.random() < 0.5))
     cities = list(CITIES)
-    rng.shuffle(cities)
+    random.Random(f"{seed}:cities").shuffle(cities)  # the held-out cities depend on the seed alone
     corpus.held_out_cities = sorted(cities[:10])
     for _ in range(repeats):
         for questions, answer in FACTS:
             corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng.random() < 0.5))
         corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None,
                                      rng.random() < 0.5))
-        for city in cities[10:]:
+        invented = [invented_city(rng) for _ in range(len(cities) - 10)]
+        for city in cities[10:] + [c for c in invented if c not in CITIES]:
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
             corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng.random() < 0.5))
         for _ in range(5):

@@ -54,6 +54,8 @@ class Batch:
     starts: Tensor  # (B, nb) block start positions on the clean sequence
     block_targets: Tensor  # (B, nb, L) clean block tokens (pad past the segment's end)
     masked: Tensor  # (B, nb, L) positions replaced by the mask token (False on padding blocks)
+    rate: Tensor  # (B, nb) the mask rate each block was drawn with
+    valid: Tensor  # (B, nb) real blocks (False: padding blocks of a shorter example)
 
 
 def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
@@ -81,18 +83,26 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
     targets = blocks.clone()
     rate = torch.rand((B, nb, 1), generator=gen).clamp_min(1.0 / block_length)
     masked = (torch.rand((B, nb, block_length), generator=gen) < rate) & valid[..., None]
-    return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked)
+    return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked, rate[..., 0], valid)
 
 
 def losses(model: torch.nn.Module, batch: Batch) -> dict[str, Tensor]:
-    """Causal loss, diffusion loss and the MoE load-balancing term of one batch."""
+    """Causal loss, diffusion loss and the MoE load-balancing term of one batch.
+
+    The diffusion loss weights each masked position by 1/rate of its block and divides by the
+    number of predicted positions (LLaDA's ELBO weighting): a plain mean over masked positions
+    is dominated by nearly fully masked blocks, while the decoder's late passes, where a few
+    masked digits decide the answer, are blocks with few masks."""
     x, xn, balance = model.hidden_states(batch.ids, batch.blocks, batch.starts)
     keep = batch.ar_targets != IGNORE
     ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep])
     assert xn is not None
     sel = batch.masked[..., 1:]  # row j-1 predicts block position j
     if sel.any():
-        diff = F.cross_entropy(model.logits(xn[..., :-1, :][sel]), batch.block_targets[..., 1:][sel])
+        ce = F.cross_entropy(model.logits(xn[..., :-1, :][sel]), batch.block_targets[..., 1:][sel], reduction="none")
+        weight = (1.0 / batch.rate)[..., None].expand_as(sel)[sel]
+        positions = batch.valid.sum() * (batch.masked.shape[-1] - 1)
+        diff = (ce * weight).sum() / positions
     else:
         diff = ar.new_zeros(())
     return {"ar": ar, "diffusion": diff, "balance": balance}
