@@ -1,4 +1,4 @@
-"""clover and llama.cpp side by side on one real-shape file: pp512 and tg128, and their ratio.
+"""clover and llama.cpp side by side on one real-shape file: pp512 and tg128 (optionally at a depth), and their ratio.
 
 The file (hidden 2048, 256 experts x 512, top-8, the real GDN/attention layout, a few layers,
 architecture `qwen35moe` so both engines read it) is written by the synthetic generator on first
@@ -6,7 +6,11 @@ use. Each engine runs in its own subprocess (so peak RSS is its own), one after 
 one invocation: compare the ratio, not absolute times, on a shared machine. llama.cpp comes from
 `pip install llama-cpp-python`; without it that half is skipped with a message.
 
-    python benchmarks/vs_llama_cpp.py [--threads 2] [--layers 4] [-p 512] [-n 128] [-r 3]
+    python benchmarks/vs_llama_cpp.py [--threads 2] [--layers 4] [-p 512] [-n 128] [-r 3] [-d 4096]
+
+`-d N` decodes after N tokens already in context (llama-bench's `-d`: `tg128 @ d4096`), prefilled
+outside the timing: clover prefills once and rolls its state back before each repetition, llama.cpp
+prefills again (its recurrent GDN memory cannot be cut back to a position).
 """
 
 from __future__ import annotations
@@ -56,11 +60,15 @@ class _PeakRss:
 
 
 def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backend: str,
-            exact: bool = False) -> dict:
+            exact: bool = False, depth: int = 0) -> dict:
     from clover_runtime.engine import load_model
 
     model = load_model(path, n_threads=threads, backend=backend, exact_kernels=exact)
-    n_ctx = max(n_prompt, n_gen) + 8
+    n_ctx = depth + max(n_prompt, n_gen) + 8
+    deep = model.new_state(n_ctx)
+    if depth:
+        model.forward(_tokens(depth, 4), deep, last_only=True)
+    snapshot = deep.copy()
 
     def pp() -> float:
         state = model.new_state(n_ctx)
@@ -69,11 +77,11 @@ def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backe
         return time.perf_counter() - t0
 
     def tg() -> float:
-        state = model.new_state(n_ctx)
+        model.restore(deep, snapshot)
         toks = _tokens(n_gen, 2)
         t0 = time.perf_counter()
         for tok in toks:
-            model.forward([tok], state, last_only=True)
+            model.forward([tok], deep, last_only=True)
         return time.perf_counter() - t0
 
     def warm() -> None:
@@ -82,7 +90,8 @@ def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backe
     return _measure(pp, tg, n_prompt, n_gen, reps, warm)
 
 
-def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_bufts: bool) -> dict:
+def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_bufts: bool,
+           depth: int = 0) -> dict:
     import llama_cpp
     import llama_cpp.llama as llama_module
     from llama_cpp import Llama
@@ -96,7 +105,7 @@ def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_
             return p
 
         llama_module.llama_cpp.llama_model_default_params = params
-    llm = Llama(model_path=path, n_ctx=max(n_prompt, n_gen) + 8, n_batch=n_prompt, n_ubatch=n_prompt,
+    llm = Llama(model_path=path, n_ctx=depth + max(n_prompt, n_gen) + 8, n_batch=n_prompt, n_ubatch=n_prompt,
                 n_threads=threads, n_threads_batch=threads, verbose=False)
 
     def pp() -> float:
@@ -107,6 +116,8 @@ def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_
 
     def tg() -> float:
         llm.reset()
+        if depth:
+            llm.eval(_tokens(depth, 4))
         toks = _tokens(n_gen, 2)
         t0 = time.perf_counter()
         for tok in toks:
@@ -130,9 +141,10 @@ def _measure(pp, tg, n_prompt: int, n_gen: int, reps: int, warm) -> dict:
 
 def _worker(args: argparse.Namespace) -> None:
     if args.worker in ("clover", "clover-exact"):
-        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend, args.worker == "clover-exact")
+        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend, args.worker == "clover-exact",
+                      args.d)
     else:
-        out = _llama(args.model, args.threads, args.p, args.n, args.r, args.llama_extra_bufts)
+        out = _llama(args.model, args.threads, args.p, args.n, args.r, args.llama_extra_bufts, args.d)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -232,7 +244,7 @@ def for_llama_cpp(src: Path, dst: Path, sections: tuple[int, ...] = (11, 11, 10,
 
 def _run_worker(kind: str, args: argparse.Namespace, model: Path) -> dict | None:
     cmd = [sys.executable, __file__, "--worker", kind, "--model", str(model), "--threads", str(args.threads),
-           "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "--backend", args.backend]
+           "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-d", str(args.d), "--backend", args.backend]
     if args.llama_extra_bufts:
         cmd.append("--llama-extra-bufts")
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -259,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-d", type=int, default=0, help="tokens already in context for the tg test (llama-bench -d)")
     ap.add_argument("--backend", default="numba")
     ap.add_argument("--model", default=None, help="use this file instead of the generated one")
     ap.add_argument("--llama-extra-bufts", action="store_true",
@@ -281,8 +294,9 @@ def main(argv: list[str] | None = None) -> None:
                 for_llama_cpp(model, patched)
             model = patched
     size = model.stat().st_size
+    tg_name = f"tg{args.n}" + (f" @ d{args.d}" if args.d else "")
     print(f"model {model.name} ({size / 2**30:.2f} GiB), threads {args.threads}, "
-          f"pp{args.p} / tg{args.n}, {args.r} repetitions (medians)\n")
+          f"pp{args.p} / {tg_name}, {args.r} repetitions (medians)\n")
     rows = {"clover": _run_worker("clover", args, model)}
     if args.with_exact:
         rows["clover (exact kernels)"] = _run_worker("clover-exact", args, model)
@@ -290,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
         rows["llama.cpp"] = _run_worker("llama", args, model)
     else:
         print("llama-cpp-python is not installed: skipping llama.cpp (pip install llama-cpp-python)\n")
-    print(f"| engine | pp{args.p} t/s | tg{args.n} t/s | peak RSS while decoding |")
+    print(f"| engine | pp{args.p} t/s | {tg_name} t/s | peak RSS while decoding |")
     print("|---|---|---|---|")
     for name, r in rows.items():
         if r is None:
@@ -303,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         if r and ll and name != "llama.cpp":
             pp = statistics.median(r["pp_ts"]) / statistics.median(ll["pp_ts"])
             tg = statistics.median(r["tg_ts"]) / statistics.median(ll["tg_ts"])
-            print(f"\nratio {name} / llama.cpp: pp{args.p} {pp:.2f}x, tg{args.n} {tg:.2f}x")
+            print(f"\nratio {name} / llama.cpp: pp{args.p} {pp:.2f}x, {tg_name} {tg:.2f}x")
     if c:
         over = (c["peak_rss"] - size) / 2**20
         print(f"clover peak RSS - mapped file size: {over:.0f} MiB (target: KV/state + 300 MiB)")

@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,22 +229,6 @@ def real_shape_path(base: Path) -> Path:
     return path
 
 
-def median_open_seconds(path: Path, repeats: int = 5) -> float:
-    """Median seconds to map the file and parse its whole header (open_gguf keeps parsed headers
-    for the process, so this times the parser itself, cold each time)."""
-    import mmap
-
-    from clover_runtime.gguf_file import parse_header
-
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            parse_header(m, file_size=len(m), name=path.name)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def run_clover(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
     """Run the real `clover` entry point (main() with its error wrapper) in-process."""
     from clover_cli.app import main
@@ -265,5 +247,3 @@ def edit_bytes(path: Path, offset: int, data: bytes) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)
         fh.write(data)
-
-

