@@ -17,7 +17,7 @@ _L = list[str] | None
 
 def command(
     models: Annotated[_L, typer.Argument(metavar="[MODEL]...", autocompletion=complete_model,
-                                         help="Model files or Hub references (also -m, repeatable).")] = None,
+                                         help="demo, model files or Hub references (also -m, repeatable).")] = None,
     model_opt: Annotated[_L, typer.Option("-m", "--model", help="Model to measure (repeatable).")] = None,
     n_prompt: Annotated[_L, typer.Option("-p", "--n-prompt", help="Prompt tokens for ppN tests "
                                          "(default 512; lists: 128,512 or 128-1024*2; 0 skips).")] = None,

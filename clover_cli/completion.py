@@ -66,8 +66,11 @@ def cached_model_names() -> list[str]:
 
 
 def complete_model(incomplete: str) -> list[str]:
-    """Candidates for a MODEL argument: cached models, then `.gguf` files and folders on disk."""
-    out = [n for n in cached_model_names() if n.lower().startswith(incomplete.lower())]
+    """Candidates for a MODEL argument: `demo` (shipped), cached models, then `.gguf` files and folders."""
+    from clover_runtime.demo import DEMO_NAME
+
+    names = [DEMO_NAME, *cached_model_names()]
+    out = [n for n in names if n.lower().startswith(incomplete.lower())]
     base = Path(incomplete).expanduser()
     folder = base if incomplete.endswith(("/", os.sep)) else base.parent
     prefix = "" if incomplete.endswith(("/", os.sep)) else base.name

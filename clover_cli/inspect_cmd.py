@@ -20,8 +20,8 @@ from .options import CTX_HELP, ctx_option
 
 def command(
     model: str = typer.Argument(..., metavar="MODEL", autocompletion=complete_model,
-                                help="A .gguf path (any shard of a split set), or owner/repo[:QUANT] or a Hub URL "
-                                     "as in pull (a model not downloaded yet has only its header read)."),
+                                help="demo, a .gguf path (any shard of a split set), or owner/repo[:QUANT] or a "
+                                     "Hub URL as in pull (a model not downloaded yet has only its header read)."),
     metadata: bool = typer.Option(False, "--metadata", help="Show every metadata key (gguf_dump style)."),
     tensors: bool = typer.Option(False, "--tensors", help="Show every tensor: elements, shape, type, bytes."),
     template: bool = typer.Option(False, "--template", help="Print the chat template stored in the file."),

@@ -67,12 +67,17 @@ def command(
 
         clover pull Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M
     """
+    from clover_runtime.demo import demo_path, is_demo
     from clover_runtime.hub import offline_mode, resolve_model
     from clover_runtime.hub.remote import endpoint
 
     from . import console
     from .hub_progress import HubProgress
 
+    if is_demo(model):
+        console.out().print(f"demo ships with clover, nothing to download: {demo_path()}", markup=False,
+                            highlight=False, soft_wrap=True)
+        return
     if not offline_mode(offline):
         console.info(f"connecting to {endpoint()}…")
 

@@ -15,7 +15,8 @@ _FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
 
 
 def command(
-    model: str | None = typer.Argument(None, help="GGUF path or owner/repo[:QUANT] (default: the Clover model).",
+    model: str | None = typer.Argument(None, help="demo, a GGUF path or owner/repo[:QUANT] "
+                                                        "(default: the Clover model).",
                                           autocompletion=lambda incomplete: _complete(incomplete)),
     prompt: str | None = typer.Argument(None, help="Answer this prompt and exit."),
     model_opt: str | None = typer.Option(None, "-m", "--model", help="Model (same as MODEL).", envvar=_E + "MODEL"),

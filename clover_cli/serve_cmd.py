@@ -51,7 +51,8 @@ class ServeOptions:
 def command(
     model_arg: Annotated[str | None, typer.Argument(
         metavar="MODEL", autocompletion=complete_model, show_default=False,
-        help="Model: a .gguf path, owner/repo[:QUANT], hf.co/owner/repo[:QUANT] or a Hub file URL "
+        help="Model: demo (shipped with clover), a .gguf path, owner/repo[:QUANT], hf.co/owner/repo[:QUANT] "
+             "or a Hub file URL "
              "(as in pull); "
              "default: the Clover preview model.")] = None,
     model_opt: Annotated[str | None, typer.Option(

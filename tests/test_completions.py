@@ -72,5 +72,6 @@ def test_model_argument_completes_from_cache_and_gguf_files(tmp_path: Path) -> N
     assert "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M" in lines
     assert "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q8_0" in lines
     assert "tiny model.gguf" in lines
+    assert "demo" in lines  # the shipped demo model
     assert "notes.txt" not in lines
     assert lines[-1] == "HEAVY="

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..demo import demo_path, is_demo
 from ..errors import HubError, ModelFileError
 from . import download as dl
 from . import remote, select
@@ -52,8 +53,11 @@ class Plan:
 
 
 def local_path(text: str | Path) -> Path | None:
-    """The file a user named, when the text is one: an existing file as is, `ModelFileError` when the
-    text looks like a path (`./m.gguf`, `m.gguf`, `C:\\m`) but nothing is there, None for a Hub id."""
+    """The file a user named, when the text is one: `demo` the bundled demo model, an existing file as
+    is, `ModelFileError` when the text looks like a path (`./m.gguf`, `m.gguf`, `C:\\m`) but nothing
+    is there, None for a Hub id."""
+    if is_demo(text):
+        return demo_path()
     path = Path(text).expanduser()
     if isinstance(text, Path) or looks_like_path(text):
         if path.exists():

@@ -1,0 +1,96 @@
+"""The shipped demo model (`clover_runtime/demo`, trained by training/train.py): named `demo`
+everywhere a model is accepted, recorded in its manifest, and really trained: it answers held-out
+sums (never trained on; the held-out set comes from the training seed) in AR mode, and reveals
+several tokens per diffusion pass. Issue 15's diffusion-accuracy and tool-call targets are not
+met by this file yet (README, "The demo model"), so they are not asserted here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "training"))
+
+import corpus as demo_corpus  # noqa: E402
+import eval as demo_eval  # noqa: E402
+from clover_runtime.chat import load_chat  # noqa: E402
+from clover_runtime.demo import DEMO_FILE, demo_path  # noqa: E402
+from clover_runtime.gguf_file import open_gguf  # noqa: E402
+from clover_runtime.hub import resolve_model  # noqa: E402
+
+MANIFEST = ROOT / "training" / "demo-manifest.json"
+SEED = 0  # the seed the shipped file was trained from (the manifest says so too)
+N_PAIRS = 40
+
+
+@pytest.fixture(scope="module")
+def held_out() -> demo_corpus.Corpus:
+    return demo_corpus.make_corpus(SEED, arithmetic_pairs=1, repeats=1)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    return load_chat("demo", n_ctx=2048)
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "HOME": str(tmp_path), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "COLUMNS": "120"}
+    env.pop("CLOVER_DEBUG", None)
+    return env
+
+
+def _clover(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "clover_cli", *args], input="", capture_output=True, text=True,
+                          env=_env(tmp_path), timeout=300)
+
+
+def test_demo_names_the_shipped_file_which_is_small_and_diffusion_ready() -> None:
+    path = resolve_model("demo")
+    assert path == demo_path() and path.name == DEMO_FILE
+    assert resolve_model(" Demo ") == path
+    assert path.stat().st_size <= 15_000_000
+    with open_gguf(path) as f:
+        md = f.metadata
+        assert any(k.endswith(".diffusion.block_length") for k in md)
+        assert any(name.endswith("ssm_bd_scale") for name in f.tensors), "the Clover-only tensors are shipped"
+
+
+def test_manifest_describes_the_shipped_file() -> None:
+    manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    assert manifest["file"] == DEMO_FILE and manifest["seed"] == SEED
+    assert manifest["sha256"] == hashlib.sha256(demo_path().read_bytes()).hexdigest()
+    assert "training/train.py" in manifest["command"]
+
+
+def test_held_out_arithmetic_in_ar_mode_and_tokens_per_pass_in_diffusion(chat, held_out: demo_corpus.Corpus) -> None:
+    pairs = held_out.held_out_arithmetic
+    pairs = pairs[:: len(pairs) // N_PAIRS][:N_PAIRS]
+    ar = demo_eval.arithmetic(chat, pairs, "ar", 128)
+    assert ar["accuracy"] >= 0.9, ar
+    assert ar["tokens_per_forward"] <= 1.0 + 1e-9
+    diffusion = demo_eval.arithmetic(chat, pairs[:10], "diffusion", 128)
+    assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # a confident model, unlike random weights
+
+
+def test_clover_run_demo_prints_the_worked_answer(tmp_path: Path) -> None:
+    res = _clover(["run", "demo", "What is 48 + 36?", "--no-think", "--decode", "ar", "-sys", demo_corpus.SYSTEM],
+                  tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == demo_corpus.arithmetic_answer(48, "+", 36), res.stdout
+
+
+def test_inspect_and_pull_know_the_demo(tmp_path: Path) -> None:
+    res = _clover(["inspect", "demo", "--json"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["summary"]["diffusion_supported"] is True and doc["summary"]["clover_tensors"] is True
+    assert doc["summary"]["filename"] == "demo"
+    res = _clover(["pull", "demo"], tmp_path)
+    assert res.returncode == 0 and "ships with clover" in res.stdout, res.stderr

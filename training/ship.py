@@ -1,0 +1,56 @@
+"""Ship a trained demo model: copy its Q8_0 file into the package and record where it came from.
+
+    python training/ship.py build/demo
+
+copies OUT/demo-Q8_0.gguf to runtime/demo/clover-demo-Q8_0.gguf (what `demo` names) and writes
+training/demo-manifest.json: the command that reproduces the file, the seed and step count, the
+training time, the file's size and sha256 (tests/test_demo_model.py checks the shipped file
+against it). Needs no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "runtime" / "demo" / "clover-demo-Q8_0.gguf"
+MANIFEST = ROOT / "training" / "demo-manifest.json"
+
+
+def manifest(out: Path, shipped: Path) -> dict:
+    """What the run in `out` was (its train-log.json) and what was shipped from it."""
+    log = json.loads((out / "train-log.json").read_text(encoding="utf-8"))
+    args = log["args"]
+    last = log["log"][-1]
+    return {
+        "file": shipped.name,
+        "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest(),
+        "bytes": shipped.stat().st_size,
+        "seed": int(args["seed"]),
+        "steps": int(log["steps"]),
+        "threads": int(args["threads"]),
+        "train_seconds": int(log["seconds"]),
+        "train_cpu_seconds": float(last["cpu_seconds"]),
+        "command": (f"python training/train.py --seed {args['seed']} --steps {log['steps']} "
+                    f"--threads {args['threads']} --out build/demo && python training/ship.py build/demo"),
+        "final_losses": {k: last[k] for k in ("ar", "diffusion", "balance") if k in last},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=Path, help="the training run's output folder (train.py --out)")
+    args = p.parse_args(argv)
+    shutil.copyfile(args.out / "demo-Q8_0.gguf", SHIPPED)
+    doc = manifest(args.out, SHIPPED)
+    MANIFEST.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    print(f"shipped {SHIPPED.relative_to(ROOT)} ({doc['bytes'] / 1e6:.1f} MB, sha256 {doc['sha256'][:12]}…)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
