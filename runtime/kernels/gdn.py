@@ -99,6 +99,19 @@ def _gdn(q, k, v, g, beta, S, o, chunk):
                         row[c] += w * U[j, c]
 
 
+def _checked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
+             S0: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The inputs as contiguous float32, after checking their shapes agree with each other and S0."""
+    q, k, v, g, beta = (np.ascontiguousarray(a, np.float32) for a in (q, k, v, g, beta))
+    T, hk, dk = q.shape
+    hv, dv = v.shape[1], v.shape[2]
+    if k.shape != q.shape or v.shape[0] != T or g.shape != (T, hv) or beta.shape != (T, hv):
+        raise ValueError(f"inconsistent shapes q{q.shape} k{k.shape} v{v.shape} g{g.shape} beta{beta.shape}")
+    if S0.shape != (hv, dk, dv) or hv % hk:
+        raise ValueError(f"state must be ({hv}, {dk}, {dv}) with value heads a multiple of key heads")
+    return q, k, v, g, beta
+
+
 def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
                 S0: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
     """Gated DeltaNet over T tokens of one layer; returns (o, S), float32, S0 left unchanged.
@@ -108,20 +121,10 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     S0: (Hv, dk, dv) the state before the first token. Value head h reads key head h % Hk.
     o: (T, Hv, dv), each o_t read after token t's update; S: (Hv, dk, dv) after the last token.
     """
-    q = np.ascontiguousarray(q, np.float32)
-    k = np.ascontiguousarray(k, np.float32)
-    v = np.ascontiguousarray(v, np.float32)
-    g = np.ascontiguousarray(g, np.float32)
-    beta = np.ascontiguousarray(beta, np.float32)
-    T, hk, dk = q.shape
-    hv, dv = v.shape[1], v.shape[2]
-    if k.shape != q.shape or v.shape[0] != T or g.shape != (T, hv) or beta.shape != (T, hv):
-        raise ValueError(f"inconsistent shapes q{q.shape} k{k.shape} v{v.shape} g{g.shape} beta{beta.shape}")
-    if S0.shape != (hv, dk, dv) or hv % hk:
-        raise ValueError(f"state must be ({hv}, {dk}, {dv}) with value heads a multiple of key heads")
+    q, k, v, g, beta = _checked(q, k, v, g, beta, S0)
     S = np.array(S0, dtype=np.float32, order="C", copy=True)
-    o = np.empty((T, hv, dv), np.float32)
-    if T:
+    o = np.empty((q.shape[0], *v.shape[1:]), np.float32)
+    if q.shape[0]:
         _gdn(q, k, v, g, beta, S, o, max(1, int(chunk)))
     return o, S
 
@@ -169,24 +172,15 @@ def gdn_recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, be
     (o_t = e^{g}·Sᵀq + (q·k)·e, with e = β(v − e^{g}·Sᵀk)), where the numpy form makes five
     passes over the state and copies it twice. Same arguments and result as `gdn_chunked`; the
     new state goes to `S_out` (it may be S0 itself: each element is read before it is written)."""
-    q = np.ascontiguousarray(q, np.float32)
-    k = np.ascontiguousarray(k, np.float32)
-    v = np.ascontiguousarray(v, np.float32)
-    g = np.ascontiguousarray(g, np.float32)
-    beta = np.ascontiguousarray(beta, np.float32)
-    T, hk, dk = q.shape
-    hv, dv = v.shape[1], v.shape[2]
-    if k.shape != q.shape or v.shape[0] != T or g.shape != (T, hv) or beta.shape != (T, hv):
-        raise ValueError(f"inconsistent shapes q{q.shape} k{k.shape} v{v.shape} g{g.shape} beta{beta.shape}")
-    if S0.shape != (hv, dk, dv) or hv % hk or S0.dtype != np.float32 or not S0.flags.c_contiguous:
-        raise ValueError(f"state must be C-contiguous float32 ({hv}, {dk}, {dv}) with value heads a multiple "
-                         "of key heads")
+    q, k, v, g, beta = _checked(q, k, v, g, beta, S0)
+    if S0.dtype != np.float32 or not S0.flags.c_contiguous:
+        raise ValueError("state must be C-contiguous float32 (it is updated where it lies)")
     if S_out is None:
         S_out = np.empty_like(S0)
     elif S_out.shape != S0.shape or S_out.dtype != np.float32 or not S_out.flags.c_contiguous:
         raise ValueError("S_out must be a C-contiguous float32 array shaped like the state")
-    o = np.empty((T, hv, dv), np.float32)
-    if T:
+    o = np.empty((q.shape[0], *v.shape[1:]), np.float32)
+    if q.shape[0]:
         _gdn_steps(q, k, v, g, beta, S0, S_out, o)
     else:
         S_out[...] = S0
