@@ -89,7 +89,10 @@ def test_page_streams_a_reply(server, browser, tmp_path):
     assert content.locator("code").inner_text() == "code"
     assert content.locator("li").all_inner_texts() == ["one", "two"]
     seen = page.evaluate("window.__seen")
-    assert len(seen) >= 5, seen  # streamed in pieces, not dropped in at the end
+    # streamed in pieces, not dropped in at the end: at least a first short state and the last. (A count
+    # of states is a timing: with two test workers the deltas of this ~20-token reply can reach the
+    # page in two reads, so more states than that are not guaranteed.)
+    assert len(seen) >= 2, seen
     # the first paint is a short start of the reply (a busy machine may merge the first deltas into one paint;
     # later states are rendered Markdown, so they need not extend each other character by character)
     assert seen[0].startswith("Hello") and len(seen[0]) < len(seen[-1]), seen
