@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from .completion import complete_model
+from .options import cpu_moe_option, device_option, main_gpu_option, n_cpu_moe_option, ngl_option
 
 _L = list[str] | None
 
@@ -39,6 +40,11 @@ def command(
     output: Annotated[str, typer.Option("-o", "--output", help="md, csv, json or jsonl.")] = "md",
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="No warm-up run.")] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Use only models already on disk.")] = False,
+    n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
+    cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
+    n_cpu_moe: Annotated[int, n_cpu_moe_option(annotated=True)] = 0,
+    device: Annotated[str, device_option(annotated=True)] = "auto",
+    main_gpu: Annotated[int, main_gpu_option(annotated=True)] = 0,
 ) -> None:
     """Measure prefill (ppN), decode (tgN) and block-diffusion (dgN) speed, like llama-bench.
 
@@ -54,12 +60,14 @@ def command(
 
     from .bench_args import parse_float_list, parse_int_list, parse_pairs
     from .bench_table import OUTPUT_FORMATS, render
+    from .options import offload_request
 
     if output not in OUTPUT_FORMATS:
         raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")
     names = list(models or []) + list(model_opt or [])
     if not names:
         raise CloverError("no model given", "pass a model file or reference, e.g. clover bench model.gguf")
+    offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     backends = [b.strip() for v in (backend or ["numba"]) for b in v.split(",") if b.strip()]
     for b in backends:
         if b not in ("numba", "numpy"):
@@ -87,7 +95,7 @@ def command(
     for name in names:
         path = _resolve(name, offline)
         for cfg in configs:
-            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build, exact_kernels)
+            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build, exact_kernels, offload)
     sys.stdout.write(render(all_records, output, build))
     sys.stdout.flush()
 
@@ -99,13 +107,15 @@ def _resolve(name: str, offline: bool) -> str:
     return str(resolve(name, offline=offline))
 
 
-def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact_kernels: bool) -> list[dict]:
-    from clover_runtime.bench import model_facts, records, run_tests
+def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact_kernels: bool,  # noqa: ANN001
+             offload) -> list[dict]:  # noqa: ANN001
+    from clover_runtime.bench import model_facts, placement_fields, records, run_tests
     from clover_runtime.engine import load_model
 
     from .model_setup import compile_first_run
 
-    model = load_model(path, n_threads=cfg.threads, backend=cfg.backend, exact_kernels=exact_kernels)
+    model = load_model(path, n_threads=cfg.threads, backend=cfg.backend, exact_kernels=exact_kernels,
+                       offload=offload)
     compile_first_run(model)
     facts = model_facts(path, model)
     with _progress(len(tests) * (repetitions + int(warmup))) as tick:
@@ -115,7 +125,7 @@ def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact
         import dataclasses
 
         cfg = dataclasses.replace(cfg, backend="numba exact")
-    return records(facts, cfg, results, build)
+    return records(facts, cfg, results, build, placement_fields(model))
 
 
 class _progress:

@@ -44,6 +44,7 @@ def command(
         ("CPU features", " ".join(s.cpu_features) or "none of note"),
         ("RAM", f"{_gib(s.ram_available)} available of {_gib(s.ram_total)}"),
         ("GPU", gpus),
+        ("GPU offload", report.gpu_offload),
         ("Kernel cache", f"{report.numba_cache.path} ({report.numba_cache.detail})"),
         ("Model cache", f"{report.hf_cache.path} ({_gib(report.hf_cache.free_bytes)} free"
                         f"{'' if report.hf_cache.writable else ', NOT writable'})"),

@@ -59,7 +59,8 @@ def command(
         too_long = n_ctx > cfg.context_length
         if too_long:
             console.warn(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
-        report = fit_report(cfg, summary.tensor_bytes, n_ctx, parallel, cache_type, ubatch=ubatch)
+        report = fit_report(cfg, summary.tensor_bytes, n_ctx, parallel, cache_type, ubatch=ubatch,
+                            tensors=tensor_map(opened))
         if as_json:
             doc = json_document(model, opened, summary, report, json_array=json_array)
             sys.stdout.write(json_text(doc) + "\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-_CPU = "clover computes on the CPU"
+_GPU = "GPU offload is an option of run, serve and bench"
 _TEMPLATE = "clover always renders the model's Jinja chat template (replace it with --chat-template-file)"
 
 # flag -> what clover does instead (one short clause)
@@ -22,9 +22,10 @@ def _add(names: str, why: str) -> None:
         MISSING[name] = why
 
 
-_add("-ngl --gpu-layers --n-gpu-layers", _CPU)
-_add("-ngld --gpu-layers-draft -ts --tensor-split -sm --split-mode -mg --main-gpu -dev --device", _CPU)
-_add("-cmoe --cpu-moe -ncmoe --n-cpu-moe -ot --override-tensor", _CPU + ", experts included")
+_add("-ngl --gpu-layers --n-gpu-layers -cmoe --cpu-moe -ncmoe --n-cpu-moe -mg --main-gpu -dev --device", _GPU)
+_add("-ts --tensor-split -sm --split-mode", "clover uses one GPU (--device, --main-gpu)")
+_add("-ngld --gpu-layers-draft", "there is no draft model")
+_add("-ot --override-tensor", "use --cpu-moe or --n-cpu-moe for the experts, -ngl for layers")
 _add("-fa --flash-attn", "clover has its own attention kernels")
 _add("-cnv --conversation", "`clover run` without a prompt is already a conversation")
 _add("-no-cnv --no-conversation -st --single-turn",

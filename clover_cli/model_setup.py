@@ -50,6 +50,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         cfg = describe_tensors(model_file.metadata, model_file.tensors)
         weight_bytes = int(model_file.tensor_bytes)
         sampling = recommended_sampling(model_file.metadata)
+        tensors = dict(model_file.tensors)
     system = memory_fit.probe_system()
     n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
     if ctx == 0:
@@ -58,7 +59,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
     checkpoints = memory_fit.DEFAULT_CTX_CHECKPOINTS if ctx_checkpoints is None else ctx_checkpoints
     estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel, ctx_checkpoints=checkpoints)
-    verdict = memory_fit.assess(estimate, system)
+    verdict = memory_fit.assess(estimate, system, tensors=tensors, n_layer=cfg.n_layer)
     if verdict.verdict == "does not fit":
         from .fit_table import print_fit_table
 
@@ -92,3 +93,13 @@ def compile_first_run(model: Any, *, spinner: bool = True) -> None:
         return
     with con.status(COMPILING, spinner="dots"):
         compile_kernels(model)
+
+
+def placement_text(model: Any) -> str:
+    """Where the weights of a loaded model run, in one line ("CPU only", or the GPU's share)."""
+    from clover_runtime.offload import describe
+
+    group = model.weights.device_group
+    if group is None:
+        return describe(None, "", model.config.n_layer)
+    return describe(group.placement, group.info.name, model.config.n_layer)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from . import console
-from .options import ctx_option
+from .options import cpu_moe_option, ctx_option, device_option, main_gpu_option, n_cpu_moe_option, ngl_option
 
 _E = "CLOVER_"
 _FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
@@ -63,6 +63,11 @@ def command(
     exact_kernels: bool = typer.Option(False, "--exact-kernels", envvar=_E + "EXACT_KERNELS",
                                        help="Float kernels for quantized weights (slower; no 8-bit activations)."),
     offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE"),
+    n_gpu_layers: str | None = ngl_option(),
+    cpu_moe: bool = cpu_moe_option(),
+    n_cpu_moe: int = n_cpu_moe_option(),
+    device: str = device_option(),
+    main_gpu: int = main_gpu_option(),
     prompt_cache: Path | None = typer.Option(None, "--prompt-cache",
                                              help="One-shot: resume from this saved prompt state (when it exists "
                                                   "and matches the model) and save the new one to it."),
@@ -86,6 +91,7 @@ def command(
     from clover_runtime.errors import CloverError
 
     from .model_setup import compile_first_run, prepare
+    from .options import offload_request
 
     if model_opt and model and prompt is not None:
         raise CloverError("the model is given twice (argument and -m)", "give it once")
@@ -100,6 +106,7 @@ def command(
     if prompt is not None and prompt_opt is not None:
         raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
+    offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints)
     given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
                                ("repetition_penalty", repeat_penalty)) if v is not None}
@@ -111,7 +118,7 @@ def command(
     if decode not in ("auto", "diffusion", "ar"):
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
-                        backend=backend, defaults=params, exact_kernels=exact_kernels)
+                        backend=backend, defaults=params, exact_kernels=exact_kernels, offload=offload)
     compile_first_run(session.model)
     cache = session.new_cache(max_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
     banner = _banner(session, prep, params)
@@ -158,11 +165,14 @@ def _one_shot_text(prompt: str | None, file: Path | None) -> str | None:
 def _banner(session, prep, params) -> str:  # noqa: ANN001 - internal
     from clover_runtime.decoding import resolve_mode
 
+    from .model_setup import placement_text
+
     mode, exact, reason = resolve_mode(session.model, params)
     label = mode if exact else f"{mode} (approximate)"
     return (f"clover · {prep.model_id}\n"
             f"  context {prep.n_ctx} · decode {label}: {reason}\n"
-            f"  chat template: {session.template.origin} · kernels: {session.model.backend}")
+            f"  chat template: {session.template.origin} · kernels: {session.model.backend}\n"
+            f"  weights: {placement_text(session.model)}")
 
 
 def _answer_once(session, params, text: str, *, system, think: bool, as_json: bool, show_timings: bool,  # noqa: ANN001

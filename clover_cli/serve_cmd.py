@@ -13,7 +13,16 @@ from typing import Annotated
 import typer
 
 from .completion import complete_model
-from .options import CTX_HELP, ctx_option
+from .options import (
+    CTX_HELP,
+    cpu_moe_option,
+    ctx_option,
+    device_option,
+    main_gpu_option,
+    n_cpu_moe_option,
+    ngl_option,
+    offload_request,
+)
 
 DEFAULT_PORT = 8085
 
@@ -46,6 +55,12 @@ class ServeOptions:
     ctx_checkpoints: int = 8
     checkpoint_every: int = 2048
     slot_save_path: Path | None = None
+    # GPU offload as given (-ngl text, --cpu-moe, --n-cpu-moe, --device, --main-gpu)
+    n_gpu_layers: str | None = None
+    cpu_moe: bool = False
+    n_cpu_moe: int = 0
+    device: str = "auto"
+    main_gpu: int = 0
 
 
 def command(
@@ -99,6 +114,11 @@ def command(
     exact_kernels: Annotated[bool, typer.Option(
         "--exact-kernels", envvar=_env("EXACT_KERNELS"),
         help="Float kernels for quantized weights (slower; no 8-bit activations).")] = False,
+    n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
+    cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
+    n_cpu_moe: Annotated[int, n_cpu_moe_option(annotated=True)] = 0,
+    device: Annotated[str, device_option(annotated=True)] = "auto",
+    main_gpu: Annotated[int, main_gpu_option(annotated=True)] = 0,
     decode: Annotated[str | None, typer.Option(
         "--decode", envvar=_env("DECODE"), show_default=False,
         help="Default decoding: auto, diffusion or ar.")] = None,
@@ -149,7 +169,11 @@ def command(
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-        slot_save_path=slot_save_path)
+        slot_save_path=slot_save_path, n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
+        device=device, main_gpu=main_gpu)
+    from clover_runtime.torch_backend.group import check_request
+
+    check_request(offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))  # fail before binding
     if slot_save_path is not None:
         try:
             slot_save_path.mkdir(parents=True, exist_ok=True)
@@ -214,6 +238,13 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
         args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
     if opts.exact_kernels:
         args.append("--exact-kernels")
+    if opts.cpu_moe:
+        args.append("--cpu-moe")
+    for flag, value in (("-ngl", opts.n_gpu_layers), ("--n-cpu-moe", opts.n_cpu_moe or None),
+                        ("--device", None if opts.device == "auto" else opts.device),
+                        ("--main-gpu", opts.main_gpu or None)):
+        if value is not None:
+            args += [flag, str(value)]
     if opts.slot_save_path is not None:
         args += ["--slot-save-path", str(opts.slot_save_path.resolve())]
     for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
@@ -296,8 +327,9 @@ def _foreground(opts: ServeOptions) -> None:
 
         from .model_setup import compile_first_run
 
+        offload = offload_request(opts.n_gpu_layers, opts.cpu_moe, opts.n_cpu_moe, opts.device, opts.main_gpu)
         session = load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
-                            n_threads=opts.threads, exact_kernels=opts.exact_kernels)
+                            n_threads=opts.threads, exact_kernels=opts.exact_kernels, offload=offload)
         compile_first_run(session.model, spinner=False)
         return session
 

@@ -295,9 +295,23 @@ def build_info(version: str, commit: str) -> BuildInfo:
     return BuildInfo(version, commit, cpu, detail)
 
 
+def placement_fields(model: Any) -> dict[str, Any]:
+    """llama-bench's device fields for a loaded model: `gpu_info`, `backends`, `n_gpu_layers`,
+    `n_cpu_moe`, `devices`, `main_gpu` (all CPU values when nothing is offloaded)."""
+    group = getattr(model.weights, "device_group", None)
+    if group is None or group.placement is None:
+        return {}
+    device = group.info.device
+    kind = {"cuda": "CUDA", "mps": "Metal"}.get(device.type, "torch-CPU")
+    return {"gpu_info": group.info.name, "backends": f"{kind},CPU", "n_gpu_layers": group.placement.n_gpu_layers,
+            "n_cpu_moe": group.placement.n_cpu_moe, "devices": f"{kind}{device.index or 0}",
+            "main_gpu": device.index or 0}
+
+
 def records(facts: ModelFacts, cfg: BenchConfig, results: Sequence[BenchResult],
-            build: BuildInfo) -> list[dict]:
-    """One llama-bench-compatible dict per result (plus clover's diffusion fields)."""
+            build: BuildInfo, device: dict[str, Any] | None = None) -> list[dict]:
+    """One llama-bench-compatible dict per result (plus clover's diffusion fields); `device` holds
+    the placement fields of an offloaded model (`placement_fields`)."""
     out = []
     for r in results:
         t = r.test
@@ -317,6 +331,7 @@ def records(facts: ModelFacts, cfg: BenchConfig, results: Sequence[BenchResult],
             "diffusion": t.diffusion, "block_length": cfg.block_length, "threshold": cfg.threshold,
             "expert_coreset": cfg.expert_coreset,
         }
+        rec.update(device or {})
         if t.diffusion:
             passes = r.extras.get("passes", 0.0)
             secs = r.avg_ns / 1e9

@@ -18,6 +18,7 @@ from typing import Any
 from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, generate
 from .errors import ContextLengthError
+from .offload import OffloadRequest
 from .output_parser import OutputParser
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
@@ -264,11 +265,14 @@ class ChatSession:
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,
               n_threads: int | None = None, backend: str = "auto",
-              defaults: DecodeParams | None = None, exact_kernels: bool = False) -> ChatSession:
-    """Load a model file (or anything `clover_runtime.load_model` resolves) as a chat session."""
+              defaults: DecodeParams | None = None, exact_kernels: bool = False,
+              offload: OffloadRequest | None = None) -> ChatSession:
+    """Load a model file (or anything `clover_runtime.load_model` resolves) as a chat session;
+    `offload` puts weight groups on a GPU (`-ngl`, `--cpu-moe`)."""
     from .engine import load_model
 
-    model = load_model(model_ref, n_threads=n_threads, backend=backend, exact_kernels=exact_kernels)
+    model = load_model(model_ref, n_threads=n_threads, backend=backend, exact_kernels=exact_kernels,
+                       offload=offload)
     meta = model.file.metadata
     tokenizer = Tokenizer.from_metadata(meta)
     template = ChatTemplate.from_metadata(meta, override_path=chat_template_file)

@@ -32,6 +32,7 @@ class DoctorReport:
     default_model: str
     default_model_source: str
     fit: dict[str, Any] = field(default_factory=dict)
+    gpu_offload: str = ""
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -43,6 +44,7 @@ class DoctorReport:
             "default_model": self.default_model,
             "default_model_source": self.default_model_source,
             "fit": self.fit,
+            "gpu_offload": self.gpu_offload,
         }
 
 
@@ -98,7 +100,7 @@ def default_model_fit(n_ctx: int | None = None) -> tuple[str, dict[str, Any]]:
         try:
             summary = summarize(model)
             ctx = context_for(n_ctx, summary.config, model.tensor_bytes)
-            report = fit_report(summary.config, model.tensor_bytes, ctx)
+            report = fit_report(summary.config, model.tensor_bytes, ctx, tensors=model.tensors)
             return source, report.to_json()
         finally:
             model.close()
@@ -113,6 +115,27 @@ def _cached_default() -> Path | None:
         return None
 
 
+def gpu_offload_status() -> str:
+    """Whether `-ngl` can work here: torch installed or not, and the device it would use."""
+    from .errors import CloverError
+    from .torch_backend import INSTALL_HINT, require_torch
+
+    try:
+        torch = require_torch()
+    except CloverError:
+        return f"not available: {INSTALL_HINT}"
+    from .torch_backend.device import resolve_device
+
+    try:
+        info = resolve_device("auto")
+    except CloverError as exc:
+        return f"torch {torch.__version__}: {exc.message}"
+    if info is None:
+        return f"torch {torch.__version__}, no CUDA or MPS device (--device cpu runs torch on the CPU)"
+    free = f", {info.free_bytes / (1 << 30):.1f} GiB free" if info.free_bytes is not None else ""
+    return f"torch {torch.__version__}: {info.name} ({info.device}{free})"
+
+
 def run_doctor(n_ctx: int | None = None) -> DoctorReport:
     numba_dir = paths.numba_cache_dir()
     hf_dir = paths.hf_cache_dir()
@@ -124,4 +147,5 @@ def run_doctor(n_ctx: int | None = None) -> DoctorReport:
         default_model=DEFAULT_MODEL,
         default_model_source=source,
         fit=fit,
+        gpu_offload=gpu_offload_status(),
     )

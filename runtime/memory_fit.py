@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -231,7 +232,32 @@ def size_text(n: float) -> str:
     return f"{int(n)} bytes"
 
 
-def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN) -> FitVerdict:
+def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int) -> str:
+    """What fits one GPU, in llama.cpp's flags: `-ngl 99`, else `-ngl 99 --n-cpu-moe N` (the fewest
+    layers' routed experts in RAM), else `-ngl N`. Only weights count against the GPU: clover keeps
+    the KV cache and the recurrent state in system memory. `tensors` maps names to TensorInfo-like
+    objects (`shape`, `n_bytes`)."""
+    from .offload import DEVICE_RESERVE, TensorSize, fit_experts, fit_layers, place
+
+    sizes = {name: TensorSize(len(t.shape), int(t.n_bytes)) for name, t in tensors.items()}
+    head = f"GPU {index} {gpu.name}: {size_text(gpu.free)} free of {size_text(gpu.total)}"
+    budget = gpu.free - DEVICE_RESERVE
+    everything = place(sizes, n_layer, n_layer + 1)
+    if everything.device_bytes <= budget:
+        return f"{head}; -ngl 99 fits ({size_text(everything.device_bytes)} of weights on the GPU)"
+    split = fit_experts(sizes, n_layer, gpu.free)
+    if split is not None:
+        flag = "--cpu-moe" if split.n_cpu_moe >= n_layer else f"--n-cpu-moe {split.n_cpu_moe}"
+        return (f"{head}; -ngl 99 {flag} fits ({size_text(split.device_bytes)} on the GPU, "
+                f"{size_text(split.host_bytes)} of weights in RAM)")
+    part = fit_layers(sizes, n_layer, gpu.free)
+    if part.any:
+        return f"{head}; -ngl {part.n_gpu_layers} fits ({size_text(part.device_bytes)} on the GPU)"
+    return f"{head}; too small for any layer of this model"
+
+
+def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN,
+           tensors: Mapping[str, Any] | None = None, n_layer: int = 0) -> FitVerdict:
     """Compare an estimate with available RAM: resident, paging weights through mmap, or not at all.
 
     Every message names the margin kept free, so "needs 22.3 GiB + 1.0 GiB margin" next to "22.4 GiB
@@ -258,9 +284,12 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
             advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
     notes = []
     for i, g in enumerate(system.gpus):
-        ok = est.total + margin <= g.free
-        notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; the whole model "
-                     f"{'would' if ok else 'would not'} fit there (clover computes on the CPU)")
+        if tensors is not None and n_layer > 0:
+            notes.append(gpu_note(i, g, tensors, n_layer))
+        else:
+            ok = est.weights + DEFAULT_MARGIN // 2 <= g.free
+            notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; every weight "
+                         f"{'would' if ok else 'would not'} fit there (-ngl 99 with the gpu extra)")
     return FitVerdict(verdict, message, advice, needed, avail, notes)
 
 
@@ -358,11 +387,12 @@ def _agent_note(n_ctx: int) -> str:
 
 def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1,
                cache_type: str = ENGINE_CACHE_TYPE, *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
-               margin: int = DEFAULT_MARGIN) -> FitReport:
-    """Estimate, verdict, table and largest contexts for one model on this (or the given) machine."""
+               margin: int = DEFAULT_MARGIN, tensors: Mapping[str, Any] | None = None) -> FitReport:
+    """Estimate, verdict, table and largest contexts for one model on this (or the given) machine;
+    with `tensors` (name -> info with shape and n_bytes) each GPU's note says what -ngl fits it."""
     system = system if system is not None else probe_system()
     est = estimate(cfg, weight_bytes, n_ctx, n_parallel, cache_type, ubatch)
-    verdict = assess(est, system, margin)
+    verdict = assess(est, system, margin, tensors, cfg.n_layer)
     rows = []
     for c in table_contexts(cfg.context_length, n_ctx):
         e = est if c == n_ctx else estimate(cfg, weight_bytes, c, n_parallel, cache_type, ubatch)

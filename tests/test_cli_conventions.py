@@ -40,15 +40,16 @@ def model() -> str:
 # -- item 10: flags ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("command,args,flag", [
-    ("run", ["-ngl", "99", "hello"], "-ngl"),
+    ("run", ["-ts", "3,1", "hello"], "-ts"),
     ("run", ["-cnv"], "-cnv"),
     ("run", ["-ctk", "q8_0"], "-ctk"),
     ("run", ["--jinja", "-p", "hi"], "--jinja"),
-    ("serve", ["-ngl", "99", "-c", "4096"], "-ngl"),
+    ("serve", ["-ot", "exps=CPU", "-c", "4096"], "-ot"),
     ("serve", ["--jinja"], "--jinja"),
     ("serve", ["-fa", "on"], "-fa"),
-    ("serve", ["--n-gpu-layers=99"], "--n-gpu-layers"),
-    ("bench", ["-ngl", "99"], "-ngl"),
+    ("serve", ["--override-tensor=exps=CPU"], "--override-tensor"),
+    ("inspect", ["-ngl", "99"], "-ngl"),
+    ("bench", ["-sm", "row"], "-sm"),
 ])
 def test_llama_cpp_flags_clover_lacks_get_one_line(command: str, args: list[str], flag: str, tmp_path: Path) -> None:
     res = _clover(command, *args, home=tmp_path)

@@ -75,9 +75,16 @@ def test_doctor_under_a_non_ascii_home(odd_home: Path) -> None:
     assert str(odd_home) in report["numba_cache"]["path"]
     assert report["fit"]["verdict"]["verdict"] in ("fits", "fits with paging", "does not fit")
     assert report["fit"]["estimate"]["kv_per_token"] == 40 * 1024  # float32 K and V, as the engine keeps them
+    try:
+        import torch  # noqa: F401
+
+        assert report["gpu_offload"].startswith("torch "), report["gpu_offload"]
+    except ImportError:
+        assert report["gpu_offload"] == 'not available: GPU offload needs torch: pip install "clover-cli[gpu]"'
     text = _clover("doctor", home=odd_home)
     assert text.returncode == 0
     assert "Default model" in text.stdout and "Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M" in text.stdout
+    assert "GPU offload" in text.stdout
 
 
 def test_errors_are_one_line_and_debug_shows_the_traceback(odd_home: Path) -> None:

@@ -3,6 +3,7 @@ largest-context logic against machines described exactly (SystemMemory values ch
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,14 +19,17 @@ from clover_runtime.memory_fit import (
     estimate,
     fit_report,
     gdn_state_bytes,
+    gpu_note,
     kv_bytes_per_token,
     largest_context,
     nvidia_gpus,
     parse_nvidia_smi,
     probe_system,
+    size_text,
     table_contexts,
 )
 from clover_runtime.model_config import describe
+from clover_runtime.synth import SynthSpec
 from inspect_helpers import real_shape_path, write_model
 
 
@@ -136,8 +140,31 @@ def test_gpu_notes(tiny):
     est = estimate(cfg, weights, 1024)
     v = assess(est, SystemMemory(8 * GiB, 4 * GiB, [GpuMemory("Big", 80 * GiB, 70 * GiB),
                                                        GpuMemory("Small", GiB, 0)]))
-    assert v.gpu_notes[0].startswith("GPU 0 Big: 70.0 GiB free of 80.0 GiB; the whole model would fit")
+    assert v.gpu_notes[0].startswith("GPU 0 Big: 70.0 GiB free of 80.0 GiB; every weight would fit")
     assert "would not fit" in v.gpu_notes[1]
+
+
+def test_gpu_notes_in_llama_cpp_flags_for_the_real_layout() -> None:
+    """The Q4_K_M layout (21 GiB, 19.5 GiB of routed experts) on the cards people run it on."""
+    from clover_runtime.synth.writer import plan_model
+
+    plans = plan_model(SynthSpec.real_shape())
+    tensors = {p.name: p for p in plans}
+    cfg_weights = sum(p.n_bytes for p in plans)
+
+    def note(total_gib: int, free_gib: float) -> str:
+        gpu = GpuMemory("Card", total_gib * GiB, int(free_gib * GiB))
+        return gpu_note(0, gpu, tensors, 40)
+
+    on_gpu = size_text(cfg_weights - tensors["token_embd.weight"].n_bytes)
+    assert note(80, 79) == f"GPU 0 Card: 79.0 GiB free of 80.0 GiB; -ngl 99 fits ({on_gpu} of weights on the GPU)"
+    sixteen = note(16, 15.5)
+    m = re.fullmatch(r"GPU 0 Card: 15\.5 GiB free of 16\.0 GiB; -ngl 99 --n-cpu-moe (\d+) fits "
+                     r"\(([\d.]+) GiB on the GPU, ([\d.]+) GiB of weights in RAM\)", sixteen)
+    assert m, sixteen
+    assert 0 < int(m[1]) < 40 and float(m[2]) <= 15.0
+    assert "-ngl 99 --cpu-moe fits" in note(2, 1.9)
+    assert note(1, 0.6).endswith("too small for any layer of this model")
 
 
 def test_parse_nvidia_smi():

@@ -4,7 +4,8 @@
 
 - held-out arithmetic (pairs never trained on), in diffusion mode and in AR mode: the final
   result correct, and the whole worked answer exact;
-- tool calls for held-out cities: one get_weather call whose arguments are exactly {"city": ...};
+- weather round trips for held-out cities: one get_weather call whose arguments are exactly
+  {"city": ...}, then the tool's result and the exact final answer;
 - tokens per forward and passes per block of the diffusion runs (clover's GenerationStats).
 Prints one JSON object (and a small table on stderr).
 """
@@ -53,17 +54,34 @@ def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int) -> dict[str
             "passes_per_block": passes / max(1, blocks), "n": len(pairs)}
 
 
-def tool_calls(chat: Any, cities: list[str], max_tokens: int) -> dict[str, float]:
-    ok = 0
+def weather_turns(city: str, seed: int) -> tuple[list[dict], dict, str]:
+    """The question's messages, the tool's result message and the final answer, as the corpus's
+    dialogue for this city holds them (the tool's report depends on the seed and the city)."""
+    dialogue = demo_corpus.weather_dialogue(city, None, seed)
+    question = dialogue[:-3]
+    return question, dialogue[-2], dialogue[-1]["content"]
+
+
+def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int) -> dict[str, float]:
+    """A weather round trip per city: exactly one get_weather call with {"city": city}, then, given
+    the tool's result, the final answer the corpus would give (city, temperature and sky copied)."""
+    calls_ok = round_trips = 0
     for city in cities:
-        messages = [{"role": "system", "content": demo_corpus.SYSTEM},
-                    {"role": "user", "content": f"What is the weather in {city}?"}]
-        _, calls, _ = reply(chat, messages, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
+        question, result, answer = weather_turns(city, seed)
+        _, calls, _ = reply(chat, question, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
         try:
-            ok += len(calls) == 1 and calls[0][0] == "get_weather" and json.loads(calls[0][1]) == {"city": city}
+            ok = len(calls) == 1 and calls[0][0] == "get_weather" and json.loads(calls[0][1]) == {"city": city}
         except ValueError:
-            pass
-    return {"valid": ok / max(1, len(cities)), "n": len(cities)}
+            ok = False
+        calls_ok += ok
+        if ok:
+            turn = {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+            text, _, _ = reply(chat, [*question, turn, result], DecodeParams(max_tokens=max_tokens),
+                               demo_corpus.TOOLS)
+            round_trips += text.strip() == answer
+    n = max(1, len(cities))
+    return {"valid": calls_ok / n, "round_trip": round_trips / n, "n": len(cities)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     chat = load_chat(args.model, n_ctx=2048, n_threads=args.threads)
     result = {"diffusion": arithmetic(chat, pairs, "diffusion", args.max_tokens),
               "ar": arithmetic(chat, pairs, "ar", args.max_tokens),
-              "tool_calls": tool_calls(chat, corpus.held_out_cities, args.max_tokens)}
+              "tool_calls": tool_calls(chat, corpus.held_out_cities, args.seed, args.max_tokens)}
     for mode in ("diffusion", "ar"):
         r = result[mode]
         print(f"{mode:10s} accuracy {r['accuracy']:.1%}  exact {r['exact']:.1%}  tokens/forward "
               f"{r['tokens_per_forward']:.2f}  passes/block {r['passes_per_block']:.1f}", file=sys.stderr)
-    print(f"tool calls {result['tool_calls']['valid']:.0%} of {result['tool_calls']['n']}", file=sys.stderr)
+    t = result["tool_calls"]
+    print(f"tool calls {t['valid']:.0%} valid, {t['round_trip']:.0%} round trips of {t['n']}", file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import CloverError, ContextLengthError
 from ..gguf_file import GGUFModelFile, open_gguf
 from ..model_config import ModelConfig, describe
+from ..offload import OffloadRequest
 from . import attention, gdn
 from .moe import moe
 from .ops import rms_norm
@@ -218,14 +219,16 @@ class Model:
 
 
 def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
-               cache_bytes: int | None = None, exact_kernels: bool = False) -> Model:
+               cache_bytes: int | None = None, exact_kernels: bool = False,
+               offload: OffloadRequest | None = None) -> Model:
     """Open a GGUF model (a path, or a reference already in the local cache) for inference.
 
     `backend`: "numba" (fused quantized kernels), "numpy" (reference path, dequantizes), or
     "auto" (numba when available). `cache_bytes` bounds the dequantized weights the numpy path
     keeps (default 512 MiB; 0 with numba). `exact_kernels` keeps numba's float kernels for
     quantized weights instead of the integer ones (8-bit activations, llama.cpp's method): slower,
-    equal to the numpy path to float32 round-off. Raises ModelFileError for unusable files, and
+    equal to the numpy path to float32 round-off. `offload` puts weight groups on a GPU through
+    the torch backend (`-ngl`, `--cpu-moe`; None: the CPU only). Raises ModelFileError for unusable files, and
     HubError for a Hub reference that is not in the cache: this never downloads or touches the network.
     """
     from ..hub import resolve_model
@@ -233,7 +236,12 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
     file = open_gguf(resolve_model(path_or_ref, download=False))
     try:
         config = describe(file)
-        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels)
+        group = None
+        if offload is not None and offload.wanted:
+            from ..torch_backend.group import open_device_group
+
+            group = open_device_group(file, config.n_layer, offload)
+        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group)
     except BaseException:
         file.close()
         raise

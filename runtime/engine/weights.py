@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from ..errors import CloverError
 from ..gguf_file import GGUFModelFile, TensorInfo
 from ..quants import dequantize, dequantize_rows
 from ..quants.formats import F32
+
+if TYPE_CHECKING:
+    from ..torch_backend.group import DeviceGroup
 
 BACKENDS = ("auto", "numpy", "numba")
 DEFAULT_CACHE_BYTES = 512 << 20  # numpy backend: dequantized dense matrices kept between calls
@@ -56,11 +60,15 @@ class Weights:
     """The tensors of one opened GGUF file, with the single entry point for weight products."""
 
     def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
-                 n_threads: int | None = None, exact_kernels: bool = False) -> None:
+                 n_threads: int | None = None, exact_kernels: bool = False,
+                 device_group: DeviceGroup | None = None) -> None:
         self.file = file
         self.backend = resolve_backend(backend)
         self.n_threads = n_threads
         self.exact_kernels = exact_kernels
+        # products of the tensors placed on a GPU (torch_backend.DeviceGroup), or None
+        self.device_group = device_group
+        on_device = device_group.matrices if device_group is not None else {}
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
         self.gdn_step_kernel = None  # its token-by-token form for a few rows (kernels.gdn_recurrent)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
@@ -72,7 +80,7 @@ class Weights:
             self.gdn_step_kernel = kernels.gdn_recurrent
             self.enter()
             for name, info in file.tensors.items():
-                if len(info.shape) in (2, 3):
+                if len(info.shape) in (2, 3) and name not in on_device:
                     self._bind(name, info)
         if cache_bytes is None:
             cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
@@ -136,6 +144,8 @@ class Weights:
     # -- products -------------------------------------------------------------------------------
     def matmul(self, name: str, x: np.ndarray) -> np.ndarray:
         """x (n, in) times the (out, in) weight `name` transposed: (n, out) float32."""
+        if self.device_group is not None and name in self.device_group:
+            return self.device_group.matmul(name, x)
         if self.backend == "numba":
             m = self._bound.get(name)
             if m is None:
@@ -154,6 +164,8 @@ class Weights:
         `ids` (n, k) are the experts of each row; `x` is (n, in) (shared by a row's experts) or
         (n, k, in) (one input per routed slot). Returns (n, k, out): y[i, j] = W[ids[i, j]] · x.
         """
+        if self.device_group is not None and name in self.device_group:
+            return self.device_group.moe(name, x, ids)
         if self.backend == "numba":
             m = self._bound.get(name) or self._bind(name, self.info(name))
             return m.moe(x, ids)

@@ -1,0 +1,159 @@
+"""Which weight tensors go to the GPU: llama.cpp's `-ngl`, `--cpu-moe` and `--n-cpu-moe`.
+
+Pure bookkeeping over tensor names and sizes (no torch), so placement and fit are testable with a
+simulated device. As in llama.cpp: `-ngl N` puts the last N layers on the device, and a value
+above the layer count also puts the LM head there (`-ngl 99`: everything); the token embedding
+is read by rows and stays in system memory. `--cpu-moe` keeps every layer's routed experts in
+system memory (run by the CPU kernels) and `--n-cpu-moe N` those of the first N layers, while
+attention, Gated DeltaNet, the router and the shared expert of an offloaded layer run on the
+device. Only weight matrices move; norms and other small tensors stay with the host maths.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+AUTO = -1  # n_gpu_layers: as many as fit
+DEVICE_RESERVE = 512 << 20  # bytes of device memory left free for decode tiles and the runtime
+
+
+@dataclass(frozen=True)
+class TensorSize:
+    """A tensor's shape rank and its bytes in the file."""
+
+    ndim: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The tensors on the device and the bytes that stay in system memory and go to the device."""
+
+    n_gpu_layers: int
+    device_tensors: frozenset[str]
+    device_bytes: int
+    host_bytes: int
+    n_cpu_moe: int = 0  # layers (from the first) whose routed experts stay on the CPU
+
+    @property
+    def any(self) -> bool:
+        return bool(self.device_tensors)
+
+
+def layer_of(name: str) -> int | None:
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else None
+
+
+def is_routed_expert(name: str) -> bool:
+    return name.endswith("_exps.weight")
+
+
+def head_tensor(tensors: Mapping[str, TensorSize]) -> str:
+    """The LM head's matrix: `output.weight`, or the token embedding when the file ties them."""
+    return "output.weight" if "output.weight" in tensors else "token_embd.weight"
+
+
+def on_device(name: str, n_layer: int, n_gpu_layers: int, cpu_moe: bool, n_cpu_moe: int, head: str) -> bool:
+    """Whether weight matrix `name` runs on the device under these settings."""
+    layer = layer_of(name)
+    if layer is None:
+        return name == head and n_gpu_layers > n_layer
+    if layer < n_layer - n_gpu_layers:
+        return False
+    return not (is_routed_expert(name) and (cpu_moe or layer < n_cpu_moe))
+
+
+def place(tensors: Mapping[str, TensorSize], n_layer: int, n_gpu_layers: int, cpu_moe: bool = False,
+          n_cpu_moe: int = 0) -> Placement:
+    """The placement for a fixed `-ngl` (0: nothing on the device)."""
+    head = head_tensor(tensors)
+    chosen = frozenset(name for name, t in tensors.items() if t.ndim in (2, 3)
+                       and on_device(name, n_layer, max(0, n_gpu_layers), cpu_moe, n_cpu_moe, head))
+    device = sum(tensors[n].nbytes for n in chosen)
+    # a tied head is also read by rows for the embedding, so its host copy stays mapped
+    host = sum(t.nbytes for n, t in tensors.items() if n not in chosen or n == "token_embd.weight")
+    kept = n_layer if cpu_moe else min(max(0, n_cpu_moe), n_layer)
+    return Placement(max(0, min(n_gpu_layers, n_layer + 1)), chosen, device, host, kept)
+
+
+def fit_layers(tensors: Mapping[str, TensorSize], n_layer: int, device_free: int, cpu_moe: bool = False,
+               n_cpu_moe: int = 0, reserve: int = DEVICE_RESERVE) -> Placement:
+    """`-ngl auto`: the most layers (then the head) whose device bytes fit `device_free - reserve`."""
+    budget = device_free - reserve
+    best = place(tensors, n_layer, 0)
+    for n in range(1, n_layer + 2):
+        p = place(tensors, n_layer, n, cpu_moe, n_cpu_moe)
+        if p.device_bytes > budget:
+            break
+        best = p
+    return best
+
+
+def fit_experts(tensors: Mapping[str, TensorSize], n_layer: int, device_free: int,
+                reserve: int = DEVICE_RESERVE) -> Placement | None:
+    """Every layer on the device with the fewest layers' routed experts kept on the CPU
+    (`-ngl 99 --n-cpu-moe N`, the smallest N) that fits; None when not even `--cpu-moe` fits."""
+    budget = device_free - reserve
+    for n in range(n_layer + 1):
+        p = place(tensors, n_layer, n_layer + 1, n_cpu_moe=n)
+        if p.device_bytes <= budget:
+            return p
+    return None
+
+
+@dataclass(frozen=True)
+class OffloadRequest:
+    """What the user asked for: `-ngl` (AUTO: as many as fit when a GPU is present), the expert
+    flags and the device (`--device`, `--main-gpu`)."""
+
+    n_gpu_layers: int = AUTO
+    cpu_moe: bool = False
+    n_cpu_moe: int = 0
+    device: str = "auto"
+    main_gpu: int = 0
+
+    @property
+    def wanted(self) -> bool:
+        """False when nothing may go to a device (`-ngl 0`)."""
+        return self.n_gpu_layers != 0
+
+    @property
+    def explicit(self) -> bool:
+        """True when the user asked for a device by flag (a failure must then be reported)."""
+        return self.n_gpu_layers > 0 or self.device != "auto"
+
+
+def parse_gpu_layers(value: str | int | None) -> int:
+    """`-ngl` as llama.cpp takes it: a count, "auto", or "all" (every layer and the head)."""
+    if value is None:
+        return AUTO
+    text = str(value).strip().lower()
+    if text == "auto":
+        return AUTO
+    if text in ("all", "max"):
+        return 1 << 30
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"-ngl takes a layer count, auto or all, not '{value}'") from None
+    if n < 0:
+        return AUTO
+    return n
+
+
+def describe(placement: Placement | None, device_name: str, n_layer: int) -> str:
+    """One line for banners and bench: where the weights run."""
+    if placement is None or not placement.any:
+        return "CPU only"
+    layers = min(placement.n_gpu_layers, n_layer)
+    head = " and the head" if placement.n_gpu_layers > n_layer else ""
+    experts = ""
+    if placement.n_cpu_moe:
+        kept = "all layers" if placement.n_cpu_moe >= n_layer else f"the first {placement.n_cpu_moe} layers"
+        experts = f", routed experts of {kept} on the CPU"
+    return (f"{device_name}: {layers}/{n_layer} layers{head}{experts} "
+            f"({placement.device_bytes / (1 << 30):.2f} GiB on the device)")

@@ -1,0 +1,94 @@
+"""llama.cpp's GPU flags on the real `clover` entry point: `-ngl`, `--cpu-moe`, `--n-cpu-moe`,
+`--device`, `--main-gpu` in run, serve and bench. Without torch they answer one line saying how to
+get it (a folder whose `torch` fails to import stands in for a machine without it); with torch,
+`--device cpu` runs the torch backend on the CPU and says so in the banner and bench's JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from synth_models import tiny_model_path
+
+HINT = 'error: GPU offload needs torch: pip install "clover-cli[gpu]"'
+
+
+def _clover(*args: str, home: Path, no_torch: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "COLUMNS": "120"}
+    for var in ("CLOVER_DEBUG", "CLOVER_HOME", "CLOVER_CACHE"):
+        env.pop(var, None)
+    if no_torch:
+        shim = home / "no-torch" / "torch"
+        shim.mkdir(parents=True, exist_ok=True)
+        (shim / "__init__.py").write_text("raise ImportError(\"No module named 'torch'\")\n", encoding="utf-8")
+        env["PYTHONPATH"] = os.pathsep.join([str(shim.parent), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "clover_cli", *args], capture_output=True, text=True,
+                          encoding="utf-8", env=env, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    return str(tiny_model_path("Q8_0"))
+
+
+def _torch_importable() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("command,args", [
+    ("run", ["hello", "-n", "4", "-ngl", "99"]),
+    ("run", ["hello", "-n", "4", "--cpu-moe", "--device", "cuda"]),
+    ("serve", ["-ngl", "99", "--port", "0"]),
+    ("bench", ["-ngl", "all", "-p", "0", "-n", "4", "-dg", "0", "-r", "1"]),
+])
+def test_without_torch_gpu_flags_say_how_to_get_it(command: str, args: list[str], model: str,
+                                                   tmp_path: Path) -> None:
+    res = _clover(command, model, *args, home=tmp_path, no_torch=True)
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.strip().splitlines()[0] == HINT, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_without_torch_the_default_runs_on_the_cpu(model: str, tmp_path: Path) -> None:
+    res = _clover("run", model, "hello", "-n", "4", "--no-think", "-v", home=tmp_path, no_torch=True)
+    assert res.returncode == 0, res.stderr
+    assert "weights: CPU only" in res.stderr
+
+
+def test_a_bad_layer_count_is_one_line(model: str, tmp_path: Path) -> None:
+    res = _clover("run", model, "hello", "-ngl", "lots", home=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[0] == "error: -ngl takes a layer count, auto or all, not 'lots'"
+
+
+@pytest.mark.skipif(not _torch_importable(), reason="torch is not installed (the gpu extra)")
+def test_torch_on_the_cpu_device_runs_and_reports_the_placement(model: str, tmp_path: Path) -> None:
+    res = _clover("run", model, "hello", "-n", "4", "--no-think", "-v", "-ngl", "99", "--device", "cpu",
+                  "--n-cpu-moe", "2", home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "weights: torch CPU: 4/4 layers and the head, routed experts of the first 2 layers on the CPU" \
+        in res.stderr, res.stderr
+    res = _clover("bench", model, "-ngl", "3", "--device", "cpu", "-p", "0", "-n", "4", "-dg", "0", "-r", "1",
+                  "-o", "json", home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(res.stdout)[0]
+    assert (rec["gpu_info"], rec["n_gpu_layers"], rec["backends"]) == ("torch CPU", 3, "torch-CPU,CPU")
+
+
+@pytest.mark.skipif(not _torch_importable(), reason="torch is not installed (the gpu extra)")
+def test_asking_for_a_gpu_where_there_is_none_is_one_line(model: str, tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available() or torch.backends.mps.is_available():
+        pytest.skip("this machine has a GPU")
+    res = _clover("run", model, "hello", "-n", "4", "-ngl", "99", home=tmp_path)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[0].startswith("error: -ngl: no GPU found"), res.stderr

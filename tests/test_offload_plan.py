@@ -1,0 +1,86 @@
+"""GPU placement without torch or a GPU: llama.cpp's `-ngl`, `--cpu-moe` and `--n-cpu-moe` over
+the tensors of the real Clover-35B-A3B layout (Q4_K_M, planned by the synthetic-model writer),
+and the fit against a simulated 16 GB card."""
+
+from __future__ import annotations
+
+import pytest
+from clover_runtime.offload import (
+    AUTO,
+    DEVICE_RESERVE,
+    TensorSize,
+    fit_experts,
+    fit_layers,
+    is_routed_expert,
+    layer_of,
+    parse_gpu_layers,
+    place,
+)
+from clover_runtime.synth import SynthSpec
+from clover_runtime.synth.writer import plan_model
+
+GIB = 1 << 30
+N_LAYER = 40
+
+
+@pytest.fixture(scope="module")
+def sizes() -> dict[str, TensorSize]:
+    plans = plan_model(SynthSpec.real_shape())
+    return {p.name: TensorSize(len(p.shape), p.n_bytes) for p in plans}
+
+
+def _matrices(sizes: dict[str, TensorSize]) -> set[str]:
+    return {n for n, t in sizes.items() if t.ndim in (2, 3)}
+
+
+def test_ngl_counts_layers_from_the_last_and_the_head_comes_above_the_layer_count(sizes) -> None:
+    assert not place(sizes, N_LAYER, 0).any
+    ten = place(sizes, N_LAYER, 10)
+    assert {layer_of(n) for n in ten.device_tensors} == set(range(30, 40))
+    assert "output.weight" not in place(sizes, N_LAYER, 40).device_tensors
+    everything = place(sizes, N_LAYER, 99)
+    assert everything.device_tensors == _matrices(sizes) - {"token_embd.weight"}
+    assert everything.n_gpu_layers == N_LAYER + 1
+    total = sum(t.nbytes for t in sizes.values())
+    assert everything.device_bytes + everything.host_bytes == total  # untied: the embedding stays behind
+    assert everything.device_bytes == sum(sizes[n].nbytes for n in everything.device_tensors)
+
+
+def test_cpu_moe_keeps_every_routed_expert_in_system_memory(sizes) -> None:
+    p = place(sizes, N_LAYER, 99, cpu_moe=True)
+    experts = {n for n in sizes if is_routed_expert(n)}
+    assert experts and not experts & p.device_tensors and p.n_cpu_moe == N_LAYER
+    assert p.device_bytes < 2 * GIB, "attention, GDN, router, shared experts and the head: about 1.5 GiB"
+    assert p.host_bytes > 19 * GIB
+    some = place(sizes, N_LAYER, 99, n_cpu_moe=30)
+    kept = {layer_of(n) for n in experts - some.device_tensors}
+    assert kept == set(range(30)) and some.n_cpu_moe == 30
+
+
+def test_auto_puts_as_many_layers_as_fit_a_16_gb_card(sizes) -> None:
+    free = 16 * GIB
+    p = fit_layers(sizes, N_LAYER, free)
+    assert 0 < p.n_gpu_layers < N_LAYER and p.device_bytes <= free - DEVICE_RESERVE
+    assert place(sizes, N_LAYER, p.n_gpu_layers + 1).device_bytes > free - DEVICE_RESERVE
+    assert fit_layers(sizes, N_LAYER, 64 * GIB).n_gpu_layers == N_LAYER + 1
+    assert not fit_layers(sizes, N_LAYER, 256 << 20).any
+
+
+def test_fewest_expert_layers_on_the_cpu_for_a_16_gb_card(sizes) -> None:
+    free = 16 * GIB
+    p = fit_experts(sizes, N_LAYER, free)
+    assert p is not None and 0 < p.n_cpu_moe < N_LAYER and p.device_bytes <= free - DEVICE_RESERVE
+    tighter = place(sizes, N_LAYER, 99, n_cpu_moe=p.n_cpu_moe - 1)
+    assert tighter.device_bytes > free - DEVICE_RESERVE
+    assert fit_experts(sizes, N_LAYER, 1 * GIB) is None
+
+
+@pytest.mark.parametrize(("text", "value"), [(None, AUTO), ("auto", AUTO), ("-1", AUTO), ("0", 0), ("99", 99),
+                                             ("all", 1 << 30), (" 12 ", 12)])
+def test_ngl_values(text, value) -> None:  # noqa: ANN001
+    assert parse_gpu_layers(text) == value
+
+
+def test_ngl_rejects_words() -> None:
+    with pytest.raises(ValueError, match="-ngl takes a layer count, auto or all, not 'lots'"):
+        parse_gpu_layers("lots")

@@ -1,0 +1,77 @@
+"""The torch backend on torch's CPU device against the numpy engine (the reference path): every
+quant type, both layer types, prefill, decode, a diffusion preview and a commit, with every layer
+on the device, with part of the layers, and with the routed experts kept on the CPU
+(`--cpu-moe`, `--n-cpu-moe`). fp32 on the CPU device, so the two agree to ≤ 1e-4 relative."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from clover_runtime.engine import load_model  # noqa: E402
+from clover_runtime.offload import OffloadRequest, is_routed_expert, layer_of  # noqa: E402
+from clover_runtime.synth import SynthSpec  # noqa: E402
+from clover_runtime.vocab import small_vocab  # noqa: E402
+from engine_models import assert_logits_close, token_ids  # noqa: E402
+from synth_models import model_path  # noqa: E402
+
+QUANTS = ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16", "Q4_K_M"]
+ALL = OffloadRequest(n_gpu_layers=99, device="cpu")
+
+
+def _model(quant: str, **kw: object):  # noqa: ANN202
+    return model_path(SynthSpec.small(quant=quant, **kw))
+
+
+def _compare(path, request: OffloadRequest) -> object:  # noqa: ANN001
+    """Prefill, decode, preview and commit on both engines; returns the device model."""
+    ref = load_model(path, backend="numpy")
+    dev = load_model(path, backend="numpy", offload=request)
+    assert dev.weights.device_group is not None
+    ids = token_ids(40, ref.config.n_tokens - 64, seed=3)
+    s_ref, s_dev = ref.new_state(128), dev.new_state(128)
+    assert_logits_close(dev.forward(ids[:24], s_dev), ref.forward(ids[:24], s_ref))  # prefill
+    assert_logits_close(dev.forward(ids[24:25], s_dev), ref.forward(ids[24:25], s_ref))  # decode
+    mask = small_vocab().special["mask"]
+    block = [ids[25], mask, ids[27], mask, mask, ids[30], mask, mask]
+    got, want = dev.preview(block, s_dev), ref.preview(block, s_ref)
+    assert got.gdn_preview == want.gdn_preview == "clover"
+    assert_logits_close(got.logits, want.logits)
+    assert_logits_close(dev.commit(ids[25:33], s_dev), ref.commit(ids[25:33], s_ref))
+    assert_logits_close(dev.forward(ids[33:34], s_dev), ref.forward(ids[33:34], s_ref))
+    return dev
+
+
+@pytest.mark.parametrize("quant", QUANTS)
+def test_every_layer_on_the_device_matches_the_numpy_engine(quant: str) -> None:
+    dev = _compare(_model(quant), ALL)
+    group = dev.weights.device_group
+    n_layer = dev.config.n_layer
+    assert {layer_of(n) for n in group.matrices} == set(range(n_layer)) | {None}
+    assert "output.weight" in group and "token_embd.weight" not in group
+
+
+def test_a_tied_head_goes_to_the_device_and_the_embedding_rows_stay_on_the_host() -> None:
+    dev = _compare(_model("Q8_0", tied_output=True), ALL)
+    assert "token_embd.weight" in dev.weights.device_group
+
+
+def test_the_last_layers_only() -> None:
+    dev = _compare(_model("Q4_K"), OffloadRequest(n_gpu_layers=2, device="cpu"))
+    layers = {layer_of(n) for n in dev.weights.device_group.matrices}
+    assert layers == {2, 3}, "-ngl 2 of 4 puts the last two layers on the device, not the head"
+
+
+@pytest.mark.parametrize("request_", [OffloadRequest(99, cpu_moe=True, device="cpu"),
+                                      OffloadRequest(99, n_cpu_moe=2, device="cpu")], ids=["cpu-moe", "n-cpu-moe-2"])
+def test_routed_experts_kept_on_the_cpu(request_: OffloadRequest) -> None:
+    dev = _compare(_model("Q4_K"), request_)
+    group = dev.weights.device_group
+    first_on_device = dev.config.n_layer if request_.cpu_moe else request_.n_cpu_moe
+    for name in dev.file.tensors:
+        layer = layer_of(name)
+        if layer is not None and is_routed_expert(name):
+            assert (name in group) == (layer >= first_on_device), name
+    assert any(n.endswith("ffn_gate_inp.weight") for n in group.matrices), "the router runs on the device"
+    assert any(n.endswith("ffn_up_shexp.weight") for n in group.matrices), "so does the shared expert"
