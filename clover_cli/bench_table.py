@@ -44,11 +44,13 @@ def _markdown(recs: Sequence[dict], build: BuildInfo) -> str:
         ("model", lambda r: r["model_type"], "l"),
         ("size", lambda r: f"{r['model_size'] / 2**30:.2f} GiB", "r"),
         ("params", lambda r: _params(r["model_n_params"]), "r"),
-        ("backend", lambda r: f"CPU ({r['clover_backend']})", "l"),
+        ("backend", lambda r: f"{r.get('backends', 'CPU')} ({r['clover_backend']})", "l"),
         ("threads", lambda r: str(r["n_threads"]), "r"),
     ]
     if _varying(recs, "block_length", None):
         cols.append(("block", lambda r: "-" if r["block_length"] is None else str(r["block_length"]), "r"))
+    if _varying(recs, "reveal_k", None):
+        cols.append(("reveal k", lambda r: "-" if r.get("reveal_k") is None else str(r["reveal_k"]), "r"))
     if _varying(recs, "threshold", None):
         cols.append(("threshold", lambda r: "-" if r["threshold"] is None else f"{r['threshold']:g}", "r"))
     if _varying(recs, "expert_coreset", None):

@@ -89,3 +89,17 @@ def test_diffusion_test_reports_tokens_per_forward_and_passes(model):
     assert rec["test"] == "dg8" and rec["n_gen"] == 8 and rec["block_length"] == 4
     assert rec["tokens_per_forward"] > 0 and rec["passes_per_block"] >= 1
     assert rec["avg_steps_per_s"] > 0 and rec["diffusion_steps"] >= 2
+
+
+def test_reveal_k_fixes_the_tokens_per_pass(model):
+    """`--reveal-k K`: exactly K positions of a 32-token block per pass (the last pass takes what is
+    left), so passes per block and tokens per pass do not depend on the model's confidence."""
+    res = run_bench(model, "-p", "0", "-n", "0", "-dg", "32", "-r", "1", "-t", "1", "--block-length", "32",
+                    "--reveal-k", "1,4,8", "-o", "json")
+    assert res.exit_code == 0, res.output
+    recs = json.loads(res.stdout)
+    assert [r["reveal_k"] for r in recs] == [1, 4, 8]
+    for r in recs:
+        assert r["test"] == "dg32" and r["passes_per_block"] == pytest.approx(32 / r["reveal_k"]), r
+    md = run_bench(model, "-p", "0", "-n", "0", "-dg", "8", "-r", "1", "-t", "1", "--reveal-k", "2,4")
+    assert md.exit_code == 0 and "reveal k" in md.stdout

@@ -14,7 +14,12 @@ from clover_runtime.decoding import (
     generate,
     generate_ar,
 )
-from clover_runtime.decoding.policy import choose_decode_mode, logit_rows_for, low_confidence_reveal
+from clover_runtime.decoding.policy import (
+    choose_decode_mode,
+    fixed_count_reveal,
+    logit_rows_for,
+    low_confidence_reveal,
+)
 from decoding_models import successor_model_path
 from synth_models import tiny_model_path
 
@@ -36,6 +41,17 @@ def tiny():
 def test_policy_functions() -> None:
     assert list(low_confidence_reveal(np.array([0.2, 0.95, 0.91]), 0.9)) == [1, 2]
     assert list(low_confidence_reveal(np.array([0.2, 0.5, 0.3]), 0.9)) == [1]
+    assert list(fixed_count_reveal(np.array([0.2, 0.95, 0.91, 0.5]), 2)) == [1, 2]
+    assert list(fixed_count_reveal(np.array([0.2, 0.95]), 4)) == [0, 1]
+    rng = np.random.default_rng(0)
+    for k in (1, 3, 7):  # against picking the maximum k times by hand
+        probs = rng.random(12)
+        left, picked = list(range(12)), []
+        for _ in range(k):
+            best = max(left, key=lambda i: probs[i])
+            picked.append(best)
+            left.remove(best)
+        assert list(fixed_count_reveal(probs, k)) == sorted(picked)
     assert logit_rows_for([0, 3, 5], True) == ([2, 4], True)
     assert logit_rows_for([0, 3, 5], False) == ([0, 3, 5], False)
     assert choose_decode_mode("auto", True)[:2] == ("diffusion", True)

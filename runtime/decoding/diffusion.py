@@ -155,7 +155,12 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             policy.exclude_mask_candidates(logits, mask)
             tokens, probs = pick(apply_penalties(logits, history, sp), sp, rng)
             last_pass = passes >= max_passes
-            reveal = np.arange(len(positions)) if last_pass else policy.low_confidence_reveal(probs, threshold)
+            if last_pass:
+                reveal = np.arange(len(positions))
+            elif params.reveal_k is not None:
+                reveal = policy.fixed_count_reveal(probs, params.reveal_k)
+            else:
+                reveal = policy.low_confidence_reveal(probs, threshold)
             for j in reveal:
                 block[positions[j]] = tokens[j]
                 masked[positions[j]] = False

@@ -31,6 +31,7 @@ class DecodeParams:
     shift_logits: bool | None = None
     mask_token_id: int | None = None
     expert_coreset: int | None = None
+    reveal_k: int | None = None  # a fixed number of positions revealed per pass instead of the threshold
     gdn_preview: str = "auto"
     max_tokens: int = 512
     stop_ids: frozenset[int] = frozenset()

@@ -40,6 +40,15 @@ def low_confidence_reveal(probs: np.ndarray, threshold: float) -> np.ndarray:
     return chosen
 
 
+def fixed_count_reveal(probs: np.ndarray, k: int) -> np.ndarray:
+    """A fixed schedule: the `k` most confident still-masked positions each pass (all when fewer
+    remain). For measuring speed at a known number of tokens per pass (`clover bench --reveal-k`),
+    whatever the model's confidence; not a decoding choice of ours."""
+    if k >= probs.size:
+        return np.arange(probs.size)
+    return np.sort(np.argsort(-probs, kind="stable")[:k])
+
+
 def logit_rows_for(masked: Sequence[int], shift_logits: bool) -> tuple[list[int], bool]:
     """Which preview rows predict the masked block positions, and whether position 0 is predicted
     by the last committed row instead (shifted alignment: row r predicts position r + 1)."""
