@@ -24,37 +24,38 @@ def ctx_option(help_text: str = CTX_HELP, *, annotated: bool = False) -> Any:
 GPU_PANEL = "GPU offload (needs the gpu extra: torch)"
 
 
+def _gpu_option(default: Any, annotated: bool, *names: str, env: str, **kw: Any) -> Any:
+    """One of llama.cpp's GPU flags, the same in run, serve and bench (grouped in --help)."""
+    first = () if annotated else (default,)
+    return typer.Option(*first, *names, envvar="CLOVER_" + env, rich_help_panel=GPU_PANEL, **kw)
+
+
 def ngl_option(*, annotated: bool = False) -> Any:
     """-ngl: llama.cpp's layer count on the GPU (auto: as many as fit when a GPU is present)."""
-    first = () if annotated else (None,)
-    return typer.Option(*first, "-ngl", "--n-gpu-layers", "--gpu-layers", envvar="CLOVER_N_GPU_LAYERS",
-                        show_default=False, rich_help_panel=GPU_PANEL,
-                        help="Layers on the GPU: a count, auto (default: as many as fit when a GPU is present) "
-                             "or all; 0 keeps everything on the CPU.")
+    return _gpu_option(None, annotated, "-ngl", "--n-gpu-layers", "--gpu-layers", env="N_GPU_LAYERS",
+                       show_default=False,
+                       help="Layers on the GPU: a count, auto (default: as many as fit when a GPU is present) "
+                            "or all; 0 keeps everything on the CPU.")
 
 
 def cpu_moe_option(*, annotated: bool = False) -> Any:
-    first = () if annotated else (False,)
-    return typer.Option(*first, "-cmoe", "--cpu-moe", envvar="CLOVER_CPU_MOE", rich_help_panel=GPU_PANEL,
-                        help="Keep every layer's routed experts in system memory (run on the CPU).")
+    return _gpu_option(False, annotated, "-cmoe", "--cpu-moe", env="CPU_MOE",
+                       help="Keep every layer's routed experts in system memory (run on the CPU).")
 
 
 def n_cpu_moe_option(*, annotated: bool = False) -> Any:
-    first = () if annotated else (0,)
-    return typer.Option(*first, "-ncmoe", "--n-cpu-moe", min=0, envvar="CLOVER_N_CPU_MOE", rich_help_panel=GPU_PANEL,
-                        help="Keep the routed experts of the first N layers in system memory.")
+    return _gpu_option(0, annotated, "-ncmoe", "--n-cpu-moe", env="N_CPU_MOE", min=0,
+                       help="Keep the routed experts of the first N layers in system memory.")
 
 
 def device_option(*, annotated: bool = False) -> Any:
-    first = () if annotated else ("auto",)
-    return typer.Option(*first, "-dev", "--device", envvar="CLOVER_DEVICE", rich_help_panel=GPU_PANEL,
-                        help="auto, cuda, cuda:N, mps, or cpu (torch on the CPU); llama.cpp's CUDA0 works too.")
+    return _gpu_option("auto", annotated, "-dev", "--device", env="DEVICE",
+                       help="auto, cuda, cuda:N, mps, or cpu (torch on the CPU); llama.cpp's CUDA0 works too.")
 
 
 def main_gpu_option(*, annotated: bool = False) -> Any:
-    first = () if annotated else (0,)
-    return typer.Option(*first, "-mg", "--main-gpu", min=0, envvar="CLOVER_MAIN_GPU", rich_help_panel=GPU_PANEL,
-                        help="The CUDA device index to use.")
+    return _gpu_option(0, annotated, "-mg", "--main-gpu", env="MAIN_GPU", min=0,
+                       help="The CUDA device index to use.")
 
 
 def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int) -> Any:

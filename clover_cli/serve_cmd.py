@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from .completion import complete_model
+
+if TYPE_CHECKING:
+    from clover_runtime.offload import OffloadRequest
 from .options import (
     CTX_HELP,
     cpu_moe_option,
@@ -55,12 +58,7 @@ class ServeOptions:
     ctx_checkpoints: int = 8
     checkpoint_every: int = 2048
     slot_save_path: Path | None = None
-    # GPU offload as given (-ngl text, --cpu-moe, --n-cpu-moe, --device, --main-gpu)
-    n_gpu_layers: str | None = None
-    cpu_moe: bool = False
-    n_cpu_moe: int = 0
-    device: str = "auto"
-    main_gpu: int = 0
+    offload: OffloadRequest | None = None  # -ngl, --cpu-moe, --n-cpu-moe, --device, --main-gpu
 
 
 def command(
@@ -169,11 +167,10 @@ def command(
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-        slot_save_path=slot_save_path, n_gpu_layers=n_gpu_layers, cpu_moe=cpu_moe, n_cpu_moe=n_cpu_moe,
-        device=device, main_gpu=main_gpu)
-    from clover_runtime.torch_backend.group import check_request
+        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))
+    from clover_runtime.torch_backend.group import request_device
 
-    check_request(offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))  # fail before binding
+    request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
     if slot_save_path is not None:
         try:
             slot_save_path.mkdir(parents=True, exist_ok=True)
@@ -238,19 +235,31 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
         args += ["--chat-template-file", str(opts.chat_template_file.resolve())]
     if opts.exact_kernels:
         args.append("--exact-kernels")
-    if opts.cpu_moe:
-        args.append("--cpu-moe")
-    for flag, value in (("-ngl", opts.n_gpu_layers), ("--n-cpu-moe", opts.n_cpu_moe or None),
-                        ("--device", None if opts.device == "auto" else opts.device),
-                        ("--main-gpu", opts.main_gpu or None)):
-        if value is not None:
-            args += [flag, str(value)]
+    args += _offload_args(opts.offload)
     if opts.slot_save_path is not None:
         args += ["--slot-save-path", str(opts.slot_save_path.resolve())]
     for flag, value in (("-t", opts.threads), ("--decode", opts.decode), ("--threshold", opts.threshold),
                         ("--block-length", opts.block_length)):
         if value is not None:
             args += [flag, str(value)]
+    return args
+
+
+def _offload_args(offload: OffloadRequest | None) -> list[str]:
+    """The GPU flags that give `offload` again (none for the defaults)."""
+    from clover_runtime.offload import AUTO
+
+    if offload is None:
+        return []
+    args = [] if offload.n_gpu_layers == AUTO else ["-ngl", str(offload.n_gpu_layers)]
+    if offload.cpu_moe:
+        args.append("--cpu-moe")
+    if offload.n_cpu_moe:
+        args += ["--n-cpu-moe", str(offload.n_cpu_moe)]
+    if offload.device != "auto":
+        args += ["--device", offload.device]
+    if offload.main_gpu:
+        args += ["--main-gpu", str(offload.main_gpu)]
     return args
 
 
@@ -327,9 +336,8 @@ def _foreground(opts: ServeOptions) -> None:
 
         from .model_setup import compile_first_run
 
-        offload = offload_request(opts.n_gpu_layers, opts.cpu_moe, opts.n_cpu_moe, opts.device, opts.main_gpu)
         session = load_chat(str(prep.path), n_ctx=per_seq, chat_template_file=opts.chat_template_file,
-                            n_threads=opts.threads, exact_kernels=opts.exact_kernels, offload=offload)
+                            n_threads=opts.threads, exact_kernels=opts.exact_kernels, offload=opts.offload)
         compile_first_run(session.model, spinner=False)
         return session
 

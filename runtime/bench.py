@@ -300,9 +300,9 @@ def build_info(version: str, commit: str) -> BuildInfo:
 
 def placement_fields(model: Any) -> dict[str, Any]:
     """llama-bench's device fields for a loaded model: `gpu_info`, `backends`, `n_gpu_layers`,
-    `n_cpu_moe`, `devices`, `main_gpu` (all CPU values when nothing is offloaded)."""
-    group = getattr(model.weights, "device_group", None)
-    if group is None or group.placement is None:
+    `n_cpu_moe`, `devices`, `main_gpu` (empty when nothing is offloaded: the CPU values stand)."""
+    group = model.weights.device_group
+    if group is None:
         return {}
     device = group.info.device
     kind = {"cuda": "CUDA", "mps": "Metal"}.get(device.type, "torch-CPU")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .model_config import ModelConfig
+from .offload import DEVICE_RESERVE, fit_experts, fit_layers
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -237,20 +238,15 @@ def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: in
     layers' routed experts in RAM), else `-ngl N`. Only weights count against the GPU: clover keeps
     the KV cache and the recurrent state in system memory. `tensors` maps names to TensorInfo-like
     objects (`shape`, `n_bytes`)."""
-    from .offload import DEVICE_RESERVE, TensorSize, fit_experts, fit_layers, place
-
-    sizes = {name: TensorSize(len(t.shape), int(t.n_bytes)) for name, t in tensors.items()}
     head = f"GPU {index} {gpu.name}: {size_text(gpu.free)} free of {size_text(gpu.total)}"
-    budget = gpu.free - DEVICE_RESERVE
-    everything = place(sizes, n_layer, n_layer + 1)
-    if everything.device_bytes <= budget:
-        return f"{head}; -ngl 99 fits ({size_text(everything.device_bytes)} of weights on the GPU)"
-    split = fit_experts(sizes, n_layer, gpu.free)
+    split = fit_experts(tensors, n_layer, gpu.free)
+    if split is not None and split.n_cpu_moe == 0:
+        return f"{head}; -ngl 99 fits ({size_text(split.device_bytes)} of weights on the GPU)"
     if split is not None:
         flag = "--cpu-moe" if split.n_cpu_moe >= n_layer else f"--n-cpu-moe {split.n_cpu_moe}"
         return (f"{head}; -ngl 99 {flag} fits ({size_text(split.device_bytes)} on the GPU, "
                 f"{size_text(split.host_bytes)} of weights in RAM)")
-    part = fit_layers(sizes, n_layer, gpu.free)
+    part = fit_layers(tensors, n_layer, gpu.free)
     if part.any:
         return f"{head}; -ngl {part.n_gpu_layers} fits ({size_text(part.device_bytes)} on the GPU)"
     return f"{head}; too small for any layer of this model"
@@ -287,7 +283,7 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
         if tensors is not None and n_layer > 0:
             notes.append(gpu_note(i, g, tensors, n_layer))
         else:
-            ok = est.weights + DEFAULT_MARGIN // 2 <= g.free
+            ok = est.weights + DEVICE_RESERVE <= g.free
             notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; every weight "
                          f"{'would' if ok else 'would not'} fit there (-ngl 99 with the gpu extra)")
     return FitVerdict(verdict, message, advice, needed, avail, notes)

@@ -14,18 +14,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 AUTO = -1  # n_gpu_layers: as many as fit
 DEVICE_RESERVE = 512 << 20  # bytes of device memory left free for decode tiles and the runtime
 
 
-@dataclass(frozen=True)
-class TensorSize:
-    """A tensor's shape rank and its bytes in the file."""
+class SizedTensor(Protocol):
+    """What placement reads of a tensor: a header's TensorInfo or the writer's TensorPlan."""
 
-    ndim: int
-    nbytes: int
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def n_bytes(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ def is_routed_expert(name: str) -> bool:
     return name.endswith("_exps.weight")
 
 
-def head_tensor(tensors: Mapping[str, TensorSize]) -> str:
+def head_tensor(tensors: Mapping[str, SizedTensor]) -> str:
     """The LM head's matrix: `output.weight`, or the token embedding when the file ties them."""
     return "output.weight" if "output.weight" in tensors else "token_embd.weight"
 
@@ -67,20 +70,20 @@ def on_device(name: str, n_layer: int, n_gpu_layers: int, cpu_moe: bool, n_cpu_m
     return not (is_routed_expert(name) and (cpu_moe or layer < n_cpu_moe))
 
 
-def place(tensors: Mapping[str, TensorSize], n_layer: int, n_gpu_layers: int, cpu_moe: bool = False,
+def place(tensors: Mapping[str, SizedTensor], n_layer: int, n_gpu_layers: int, cpu_moe: bool = False,
           n_cpu_moe: int = 0) -> Placement:
     """The placement for a fixed `-ngl` (0: nothing on the device)."""
     head = head_tensor(tensors)
-    chosen = frozenset(name for name, t in tensors.items() if t.ndim in (2, 3)
+    chosen = frozenset(name for name, t in tensors.items() if len(t.shape) in (2, 3)
                        and on_device(name, n_layer, max(0, n_gpu_layers), cpu_moe, n_cpu_moe, head))
-    device = sum(tensors[n].nbytes for n in chosen)
+    device = sum(tensors[n].n_bytes for n in chosen)
     # a tied head is also read by rows for the embedding, so its host copy stays mapped
-    host = sum(t.nbytes for n, t in tensors.items() if n not in chosen or n == "token_embd.weight")
+    host = sum(t.n_bytes for n, t in tensors.items() if n not in chosen or n == "token_embd.weight")
     kept = n_layer if cpu_moe else min(max(0, n_cpu_moe), n_layer)
     return Placement(max(0, min(n_gpu_layers, n_layer + 1)), chosen, device, host, kept)
 
 
-def fit_layers(tensors: Mapping[str, TensorSize], n_layer: int, device_free: int, cpu_moe: bool = False,
+def fit_layers(tensors: Mapping[str, SizedTensor], n_layer: int, device_free: int, cpu_moe: bool = False,
                n_cpu_moe: int = 0, reserve: int = DEVICE_RESERVE) -> Placement:
     """`-ngl auto`: the most layers (then the head) whose device bytes fit `device_free - reserve`."""
     budget = device_free - reserve
@@ -93,7 +96,7 @@ def fit_layers(tensors: Mapping[str, TensorSize], n_layer: int, device_free: int
     return best
 
 
-def fit_experts(tensors: Mapping[str, TensorSize], n_layer: int, device_free: int,
+def fit_experts(tensors: Mapping[str, SizedTensor], n_layer: int, device_free: int,
                 reserve: int = DEVICE_RESERVE) -> Placement | None:
     """Every layer on the device with the fewest layers' routed experts kept on the CPU
     (`-ngl 99 --n-cpu-moe N`, the smallest N) that fits; None when not even `--cpu-moe` fits."""
@@ -147,6 +150,7 @@ def parse_gpu_layers(value: str | int | None) -> int:
 
 def describe(placement: Placement | None, device_name: str, n_layer: int) -> str:
     """One line for banners and bench: where the weights run."""
+    from .memory_fit import size_text  # memory_fit reads placements too: imported where used
     if placement is None or not placement.any:
         return "CPU only"
     layers = min(placement.n_gpu_layers, n_layer)
@@ -156,4 +160,4 @@ def describe(placement: Placement | None, device_name: str, n_layer: int) -> str
         kept = "all layers" if placement.n_cpu_moe >= n_layer else f"the first {placement.n_cpu_moe} layers"
         experts = f", routed experts of {kept} on the CPU"
     return (f"{device_name}: {layers}/{n_layer} layers{head}{experts} "
-            f"({placement.device_bytes / (1 << 30):.2f} GiB on the device)")
+            f"({size_text(placement.device_bytes)} on the device)")

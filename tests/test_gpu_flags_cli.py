@@ -92,3 +92,38 @@ def test_asking_for_a_gpu_where_there_is_none_is_one_line(model: str, tmp_path: 
     res = _clover("run", model, "hello", "-n", "4", "-ngl", "99", home=tmp_path)
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[0].startswith("error: -ngl: no GPU found"), res.stderr
+
+
+
+@pytest.mark.parametrize("request_", [dict(), dict(n_gpu_layers=99, cpu_moe=True, device="cpu"),
+                                      dict(n_gpu_layers=0), dict(n_cpu_moe=30, main_gpu=1, device="cuda")])
+def test_a_detached_server_gets_the_same_gpu_flags(request_: dict) -> None:
+    """`clover serve --detach` rebuilds its GPU flags for the child process: parsed by the same
+    options, they give the same request."""
+    import typer
+    from clover_runtime.offload import OffloadRequest
+    from typer.testing import CliRunner
+
+    from clover_cli.options import (
+        cpu_moe_option,
+        device_option,
+        main_gpu_option,
+        n_cpu_moe_option,
+        ngl_option,
+        offload_request,
+    )
+    from clover_cli.serve_cmd import _offload_args
+
+    seen = []
+
+    def command(n_gpu_layers: str | None = ngl_option(), cpu_moe: bool = cpu_moe_option(),
+                n_cpu_moe: int = n_cpu_moe_option(), device: str = device_option(),
+                main_gpu: int = main_gpu_option()) -> None:
+        seen.append(offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))
+
+    app = typer.Typer()
+    app.command()(command)
+    wanted = OffloadRequest(**request_)
+    res = CliRunner().invoke(app, _offload_args(wanted), env={})
+    assert res.exit_code == 0, res.output
+    assert seen == [wanted]

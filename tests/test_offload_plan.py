@@ -8,7 +8,6 @@ import pytest
 from clover_runtime.offload import (
     AUTO,
     DEVICE_RESERVE,
-    TensorSize,
     fit_experts,
     fit_layers,
     is_routed_expert,
@@ -24,13 +23,13 @@ N_LAYER = 40
 
 
 @pytest.fixture(scope="module")
-def sizes() -> dict[str, TensorSize]:
-    plans = plan_model(SynthSpec.real_shape())
-    return {p.name: TensorSize(len(p.shape), p.n_bytes) for p in plans}
+def sizes() -> dict:
+    """The writer's plan of the real file: each entry has the shape and bytes a header gives."""
+    return {p.name: p for p in plan_model(SynthSpec.real_shape())}
 
 
-def _matrices(sizes: dict[str, TensorSize]) -> set[str]:
-    return {n for n, t in sizes.items() if t.ndim in (2, 3)}
+def _matrices(sizes: dict) -> set[str]:
+    return {n for n, t in sizes.items() if len(t.shape) in (2, 3)}
 
 
 def test_ngl_counts_layers_from_the_last_and_the_head_comes_above_the_layer_count(sizes) -> None:
@@ -41,9 +40,9 @@ def test_ngl_counts_layers_from_the_last_and_the_head_comes_above_the_layer_coun
     everything = place(sizes, N_LAYER, 99)
     assert everything.device_tensors == _matrices(sizes) - {"token_embd.weight"}
     assert everything.n_gpu_layers == N_LAYER + 1
-    total = sum(t.nbytes for t in sizes.values())
+    total = sum(t.n_bytes for t in sizes.values())
     assert everything.device_bytes + everything.host_bytes == total  # untied: the embedding stays behind
-    assert everything.device_bytes == sum(sizes[n].nbytes for n in everything.device_tensors)
+    assert everything.device_bytes == sum(sizes[n].n_bytes for n in everything.device_tensors)
 
 
 def test_cpu_moe_keeps_every_routed_expert_in_system_memory(sizes) -> None:

@@ -121,6 +121,8 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     mask = _mask_id(model, params)
     block_length = int(params.block_length or cfg.diffusion.block_length)
     threshold = float(params.threshold if params.threshold is not None else cfg.diffusion.threshold)
+    if params.reveal_k is not None and params.reveal_k < 1:
+        raise CloverError(f"reveal_k must be at least 1, got {params.reveal_k}")
     shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
     max_passes = int(params.max_passes or policy.default_max_passes(block_length))
     stops = _stop_ids(model, params)

@@ -7,8 +7,13 @@ same code path as a GPU, which is what the tests run.
 
 from __future__ import annotations
 
+import os
+import platform
 import re
+import shutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..errors import CloverError
@@ -39,9 +44,17 @@ def _normalise(spec: str, main_gpu: int) -> str:
         if kind in ("mtl", "metal"):
             return "mps"
         return f"cuda:{index or main_gpu}"
-    if s == "cuda":
-        return f"cuda:{main_gpu}"
     return s
+
+
+def gpu_likely() -> bool:
+    """A cheap look for a GPU before importing torch (a second or more): an NVIDIA driver, or an
+    Apple-silicon Mac (MPS)."""
+    if sys.platform == "darwin":
+        return platform.machine() == "arm64"
+    if os.name == "nt":
+        return shutil.which("nvidia-smi") is not None
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
 
 
 def resolve_device(spec: str = "auto", main_gpu: int = 0) -> DeviceInfo | None:

@@ -7,31 +7,24 @@ float32 result comes back to the host maths.
 
 from __future__ import annotations
 
-import os
-import platform
-import shutil
-import sys
-from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import CloverError
 from ..gguf_file import GGUFModelFile
-from ..offload import AUTO, OffloadRequest, Placement, TensorSize, fit_layers, place
+from ..offload import AUTO, OffloadRequest, Placement, fit_layers, place
 from . import require_torch, torch_available
-from .device import DeviceInfo, resolve_device
+from .device import DeviceInfo, gpu_likely, resolve_device
 
 if TYPE_CHECKING:
     from .matrix import DeviceMatrix
 
 
 class DeviceGroup:
-    """The named tensors of `file`, uploaded to `info.device` in their quantized form."""
+    """The tensors `placement` puts on the device, uploaded from `file` in their quantized form."""
 
-    def __init__(self, file: GGUFModelFile, names: Iterable[str], info: DeviceInfo,
-                 placement: Placement | None = None) -> None:
+    def __init__(self, file: GGUFModelFile, placement: Placement, info: DeviceInfo) -> None:
         import torch
 
         from .matrix import DeviceMatrix  # torch at its top: imported only once a device is in use
@@ -40,7 +33,7 @@ class DeviceGroup:
         self.info = info
         self.placement = placement
         self.matrices: dict[str, DeviceMatrix] = {}
-        for name in sorted(names):
+        for name in sorted(placement.device_tensors):
             t = file.tensors[name]
             count = t.shape[0] if len(t.shape) == 3 else 1
             self.matrices[name] = DeviceMatrix(file.raw(name), t.ggml_type, t.shape[-2], t.shape[-1], count,
@@ -48,10 +41,6 @@ class DeviceGroup:
 
     def __contains__(self, name: str) -> bool:
         return name in self.matrices
-
-    @property
-    def nbytes(self) -> int:
-        return sum(m.nbytes for m in self.matrices.values())
 
     def _to_device(self, x: np.ndarray) -> object:
         return self.torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.info.device)
@@ -69,53 +58,37 @@ class DeviceGroup:
             return self._to_host(self.matrices[name].moe(self._to_device(x), ids_t))
 
 
-def gpu_likely() -> bool:
-    """A cheap look for a GPU before importing torch (a second or more): an NVIDIA driver, or an
-    Apple-silicon Mac (MPS)."""
-    if sys.platform == "darwin":
-        return platform.machine() == "arm64"
-    if os.name == "nt":
-        return shutil.which("nvidia-smi") is not None
-    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
-
-
-def check_request(request: OffloadRequest) -> None:
-    """Fail early (one line) when an explicit offload request cannot be met: no torch, no such
-    device. `clover serve` calls it before it binds its port and loads the model."""
-    if request.wanted and request.explicit:
-        require_torch()
-        if resolve_device(request.device, request.main_gpu) is None:
-            raise CloverError("-ngl: no GPU found (torch sees no CUDA or MPS device); "
-                              "--device cpu runs the torch backend on the CPU")
-
-
-def tensor_sizes(file: GGUFModelFile) -> dict[str, TensorSize]:
-    return {name: TensorSize(len(t.shape), t.n_bytes) for name, t in file.tensors.items()}
+def request_device(request: OffloadRequest) -> DeviceInfo | None:
+    """The device `request` gets, or None when nothing goes to one. `-ngl auto` without a flag
+    asking for a device is silent when there is no GPU or no torch (the CPU engine runs); an
+    explicit `-ngl N` or `--device` that cannot be met raises one line. `clover serve` calls it
+    before it binds its port, so a bad request fails before anything starts."""
+    if not request.wanted:
+        return None
+    if not request.explicit:
+        if not (torch_available() and gpu_likely()):
+            return None
+        return resolve_device(request.device, request.main_gpu)
+    require_torch()
+    info = resolve_device(request.device, request.main_gpu)
+    if info is None:
+        raise CloverError("-ngl: no GPU found (torch sees no CUDA or MPS device); "
+                          "--device cpu runs the torch backend on the CPU")
+    return info
 
 
 def open_device_group(file: GGUFModelFile, n_layer: int, request: OffloadRequest) -> DeviceGroup | None:
-    """The device group for `request`, or None when nothing goes to a device.
-
-    `-ngl auto` without a flag asking for a device is silent when there is no GPU or no torch
-    (the CPU engine runs); an explicit `-ngl N` or `--device` that cannot be met raises one line."""
-    if not request.wanted:
-        return None
-    if not request.explicit and not (torch_available() and gpu_likely()):
-        return None
-    check_request(request)
-    info = resolve_device(request.device, request.main_gpu)
+    """The device group for `request`, or None when nothing goes to a device."""
+    info = request_device(request)
     if info is None:
         return None
-    sizes = tensor_sizes(file)
     if request.n_gpu_layers == AUTO:
         free = info.free_bytes
         if free is None:  # torch on the CPU or Apple's unified memory: what the system has free
             import psutil
 
             free = psutil.virtual_memory().available
-        placement = fit_layers(sizes, n_layer, free, request.cpu_moe, request.n_cpu_moe)
+        placement = fit_layers(file.tensors, n_layer, free, request.cpu_moe, request.n_cpu_moe)
     else:
-        placement = place(sizes, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe)
-    if not placement.any:
-        return None
-    return DeviceGroup(file, placement.device_tensors, info, placement)
+        placement = place(file.tensors, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe)
+    return DeviceGroup(file, placement, info) if placement.any else None

@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import torch
 
-from ..quants.formats import block_size, row_bytes, type_size
+from ..quants.formats import row_bytes, type_size
 from .dequant import dequantize_blocks
 
 TILE_ELEMENTS = 1 << 23  # decoded weights per tile: 32 MB in float32, 16 MB in half precision
@@ -30,11 +30,6 @@ class DeviceMatrix:
         self.ggml_type, self.n_out, self.n_in, self.count = ggml_type, n_out, n_in, count
         self.dtype = dtype
         self.tile_rows = max(1, min(n_out, TILE_ELEMENTS // n_in))
-        self._per_row = n_in // block_size(ggml_type)
-
-    @property
-    def nbytes(self) -> int:
-        return self.blocks.numel()
 
     def rows(self, expert: int, r0: int, r1: int) -> torch.Tensor:
         """Rows r0:r1 of matrix `expert`, decoded: (r1 - r0, n_in) in the compute dtype."""
