@@ -247,7 +247,8 @@ def _run_worker(kind: str, args: argparse.Namespace, model: Path) -> dict | None
            "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-d", str(args.d), "--backend", args.backend]
     if args.llama_extra_bufts:
         cmd.append("--llama-extra-bufts")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep the caller's too
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from clover_runtime.kernels import gdn_chunked, gdn_recurrent
+from clover_runtime.kernels import gdn_chunked, gdn_mixer, gdn_recurrent
 
 RTOL = 1e-5
 
@@ -100,3 +100,51 @@ def test_token_by_token_kernel_continues_a_state_and_refuses_bad_shapes():
         gdn_recurrent(q, k, v, g, beta, S0[:1])
     with pytest.raises(ValueError, match="S_out"):
         gdn_recurrent(q, k, v, g, beta, S0, np.empty((2, 16, 8), np.float32))
+
+
+def _mixer_reference(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, eps, hk):
+    """The mixer step by step in float64: conv over [ring; u], SiLU, split and L2-normalise q/k,
+    β = σ(b), g = ssm_a·softplus(a + dt), the per-token recurrence, RMSNorm(o)·SiLU(z)."""
+    n, C = u.shape
+    hv, dk, dv = S0.shape
+    xx = np.concatenate([ring, u]).astype(np.float64)
+    K = taps.shape[1]
+    x = np.stack([sum(xx[t + j] * taps[:, j] for j in range(K)) for t in range(n)])
+    x = x / (1 + np.exp(-x))
+    q = x[:, :hk * dk].reshape(n, hk, dk)
+    k = x[:, hk * dk:2 * hk * dk].reshape(n, hk, dk)
+    q = q / np.sqrt((q ** 2).sum(-1, keepdims=True) + 1e-6) / np.sqrt(dk)
+    k = k / np.sqrt((k ** 2).sum(-1, keepdims=True) + 1e-6)
+    v = x[:, 2 * hk * dk:].reshape(n, hv, dv)
+    beta = 1 / (1 + np.exp(-b.astype(np.float64)))
+    g = ssm_a * np.log1p(np.exp(a.astype(np.float64) + dt))
+    o, S = _per_token(q, k, v, g, beta, S0)
+    o = o / np.sqrt((o ** 2).mean(-1, keepdims=True) + eps) * norm_w * (z / (1 + np.exp(-z.astype(np.float64))))
+    return o.reshape(n, hv * dv), xx[-(K - 1):], S
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+def test_fused_mixer_equals_the_step_by_step_layer(n):
+    rng = np.random.default_rng(20 + n)
+    hk, hv, dk, dv, K = 2, 4, 16, 8, 4
+    C = 2 * hk * dk + hv * dv
+    f32 = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
+    u, ring, taps, z = f32(n, C), f32(K - 1, C), f32(C, K, scale=0.5), f32(n, hv, dv)
+    b, a, dt = f32(n, hv), f32(n, hv), f32(hv)
+    ssm_a = -rng.uniform(0.1, 2.0, hv).astype(np.float32)
+    S0, norm_w = f32(hv, dk, dv, scale=0.5), f32(dv)
+    want_y, want_ring, want_S = _mixer_reference(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)
+    before = (ring.copy(), S0.copy())
+    y, new_ring, S = gdn_mixer(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)
+    _close(y, want_y)
+    _close(new_ring, want_ring)
+    _close(S, want_S)
+    np.testing.assert_array_equal(ring, before[0])  # untouched unless told to write in place
+    np.testing.assert_array_equal(S0, before[1])
+    y2, r2, S2 = gdn_mixer(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, 1e-6, hk, S_out=S0, ring_out=ring)
+    assert r2 is ring and S2 is S0
+    _close(y2, want_y)
+    _close(ring, want_ring)
+    _close(S0, want_S)
+    with pytest.raises(ValueError, match="inconsistent"):
+        gdn_mixer(u, ring, taps, z[:, :2], b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)

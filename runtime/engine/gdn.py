@@ -168,12 +168,29 @@ def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Seque
 def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
             s_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(output, new conv ring, new S); the new S goes to `s_out` when given (the state's own)."""
+    if w.gdn_mixer_kernel is not None and h.shape[0] <= RECURRENT_MAX_ROWS:
+        return _fused(w, cfg, layer, h, state, s_out)
     pr = project(w, cfg, layer, h)
     ring, s = state.gdn(layer)
     x, new_ring = conv(ring, pr.u, w.tensor(f"blk.{layer}.ssm_conv1d.weight"))
     q, k, v = split_heads(cfg, silu(x))
     o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out)
     return output(w, cfg, layer, o, pr.z), new_ring, s_new
+
+
+def _fused(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+           s_out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_causal` for a few rows with everything between the projections in one compiled call."""
+    p = f"blk.{layer}."
+    n = h.shape[0]
+    ring, s = state.gdn(layer)
+    y, new_ring, s_new = w.gdn_mixer_kernel(
+        w.matmul(p + "attn_qkv.weight", h), ring, w.tensor(p + "ssm_conv1d.weight"),
+        w.matmul(p + "attn_gate.weight", h).reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim),
+        w.matmul(p + "ssm_beta.weight", h), w.matmul(p + "ssm_alpha.weight", h),
+        w.tensor(p + "ssm_dt.bias").reshape(-1), w.tensor(p + "ssm_a").reshape(-1), s,
+        w.tensor(p + "ssm_norm.weight").reshape(-1), cfg.rms_eps, cfg.ssm_k_heads, S_out=s_out)
+    return w.matmul(p + "ssm_out.weight", y), new_ring, s_new
 
 
 def has_clover_tensors(w: Weights, layer: int) -> bool:

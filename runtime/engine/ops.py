@@ -24,8 +24,12 @@ def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """1 / (1 + e^-x) without overflow warnings for large |x|."""
-    return np.exp(-np.logaddexp(F32(0), -x)).astype(F32, copy=False)
+    """1 / (1 + e^-x) without overflow for large |x|: e = e^-|x| ≤ 1, then 1/(1+e) or e/(1+e)
+    (one exponential; the logaddexp form took four times as long, a visible share of decode)."""
+    x = np.asarray(x, dtype=F32)
+    e = np.exp(-np.abs(x))
+    r = F32(1) / (F32(1) + e)
+    return np.where(x >= 0, r, e * r).astype(F32, copy=False)
 
 
 def softplus(x: np.ndarray) -> np.ndarray:

@@ -1,9 +1,9 @@
 """Compiled (numba) kernels: fused dequantize-and-multiply for dense and grouped-MoE weights, the
 chunked Gated DeltaNet used for prefill and its token-by-token form for decode."""
 
-from .gdn import gdn_chunked, gdn_recurrent
+from .gdn import gdn_chunked, gdn_mixer, gdn_recurrent
 from .jit import default_threads, kernel_cache_dir, set_threads
 from .matmul import Matrices, matmul, moe_matmul, prepare
 
-__all__ = ["Matrices", "default_threads", "gdn_chunked", "gdn_recurrent", "kernel_cache_dir", "matmul",
+__all__ = ["Matrices", "default_threads", "gdn_chunked", "gdn_mixer", "gdn_recurrent", "kernel_cache_dir", "matmul",
            "moe_matmul", "prepare", "set_threads"]
