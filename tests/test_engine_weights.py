@@ -53,3 +53,35 @@ def test_thread_count_still_follows_the_model(model, tmp_path) -> None:  # noqa:
     assert numba.get_num_threads() == 2
     model.forward(ids)
     assert numba.get_num_threads() == 1
+
+
+@pytest.fixture(scope="module")
+def int_model(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    path = synth_model(tmp_path_factory.mktemp("engine-weights-int"), "Q4_K", preset="small")
+    return load_model(path, backend="numba", n_threads=1)
+
+
+def test_products_of_one_input_equal_separate_products(int_model) -> None:  # noqa: ANN001
+    # matmuls quantizes the shared input once; each product must be what matmul gives alone
+    w = int_model.weights
+    names = ["blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight"]
+    assert w.integer_tensors & set(names)
+    x = np.random.default_rng(1).standard_normal((3, w.info(names[0]).shape[1])).astype(np.float32)
+    for got, name in zip(w.matmuls(names, x), names, strict=True):
+        np.testing.assert_array_equal(got, w.matmul(name, x))
+
+
+def test_expert_products_sharing_routes_equal_separate_products(int_model) -> None:  # noqa: ANN001
+    w, cfg = int_model.weights, int_model.config
+    gate, up, down = (f"blk.1.ffn_{p}_exps.weight" for p in ("gate", "up", "down"))
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, w.info(gate).shape[-1])).astype(np.float32)
+    ids = np.stack([rng.choice(cfg.n_expert, cfg.n_expert_used, replace=False) for _ in range(5)])
+    routes = w.routes(ids, cfg.n_expert)
+    g, u = w.moe_matmuls([gate, up], x, ids, routes)
+    np.testing.assert_array_equal(g, w.moe_matmul(gate, x, ids))
+    np.testing.assert_array_equal(u, w.moe_matmul(up, x, ids))
+    act = (g * u).astype(np.float32)  # one input per routed slot
+    np.testing.assert_array_equal(w.moe_matmul(down, act, ids, routes), w.moe_matmul(down, act, ids))
+    with pytest.raises(ValueError, match="expert ids must lie"):
+        w.routes(ids + cfg.n_expert, cfg.n_expert)

@@ -60,9 +60,7 @@ def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, pos0: int) 
         qkv = w.matmul(p + "attn_qkv.weight", h)
         qg, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
     else:
-        qg = w.matmul(p + "attn_q.weight", h)
-        k = w.matmul(p + "attn_k.weight", h)
-        v = w.matmul(p + "attn_v.weight", h)
+        qg, k, v = w.matmuls([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], h)
     qg = qg.reshape(n, cfg.n_head, 2 * hd)
     q = rms_norm(qg[..., :hd], w.tensor(p + "attn_q_norm.weight"), cfg.rms_eps)
     gate = np.ascontiguousarray(qg[..., hd:]).reshape(n, cfg.n_head * hd)

@@ -36,10 +36,9 @@ class Projected:
 def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> Projected:
     p = f"blk.{layer}."
     n = h.shape[0]
-    u = w.matmul(p + "attn_qkv.weight", h)
-    z = w.matmul(p + "attn_gate.weight", h).reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
-    b = w.matmul(p + "ssm_beta.weight", h)
-    a = w.matmul(p + "ssm_alpha.weight", h)
+    u, z, b, a = w.matmuls([p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_beta.weight",
+                            p + "ssm_alpha.weight"], h)
+    z = z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
     dt = w.tensor(p + "ssm_dt.bias").reshape(-1)
     ssm_a = w.tensor(p + "ssm_a").reshape(-1)
     return Projected(u, z, sigmoid(b), ssm_a * softplus(a + dt))
@@ -184,10 +183,10 @@ def _fused(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Seque
     p = f"blk.{layer}."
     n = h.shape[0]
     ring, s = state.gdn(layer)
+    u, z, b, a = w.matmuls([p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_beta.weight",
+                            p + "ssm_alpha.weight"], h)
     y, new_ring, s_new = w.gdn_mixer_kernel(
-        w.matmul(p + "attn_qkv.weight", h), ring, w.tensor(p + "ssm_conv1d.weight"),
-        w.matmul(p + "attn_gate.weight", h).reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim),
-        w.matmul(p + "ssm_beta.weight", h), w.matmul(p + "ssm_alpha.weight", h),
+        u, ring, w.tensor(p + "ssm_conv1d.weight"), z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim), b, a,
         w.tensor(p + "ssm_dt.bias").reshape(-1), w.tensor(p + "ssm_a").reshape(-1), s,
         w.tensor(p + "ssm_norm.weight").reshape(-1), cfg.rms_eps, cfg.ssm_k_heads, S_out=s_out)
     return w.matmul(p + "ssm_out.weight", y), new_ring, s_new

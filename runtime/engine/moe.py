@@ -56,21 +56,22 @@ def experts(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, routing: Ro
     """Σ_j weight_j · down_e(SiLU(gate_e h) ⊙ up_e h) over each row's routed experts e = ids[:, j]."""
     p = f"blk.{layer}."
     f = cfg.expert_ff
+    routes = w.routes(routing.ids, cfg.n_expert)
     if w.has(p + "ffn_gate_up_exps.weight"):
-        gu = w.moe_matmul(p + "ffn_gate_up_exps.weight", h, routing.ids)
+        gu = w.moe_matmul(p + "ffn_gate_up_exps.weight", h, routing.ids, routes)
         gate, up = gu[..., :f], gu[..., f:]
     else:
-        gate = w.moe_matmul(p + "ffn_gate_exps.weight", h, routing.ids)
-        up = w.moe_matmul(p + "ffn_up_exps.weight", h, routing.ids)
-    down = w.moe_matmul(p + "ffn_down_exps.weight", silu(gate) * up, routing.ids)
-    return np.einsum("nk,nkh->nh", routing.weights, down).astype(np.float32)
+        gate, up = w.moe_matmuls([p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight"], h, routing.ids, routes)
+    down = w.moe_matmul(p + "ffn_down_exps.weight", silu(gate) * up, routing.ids, routes)
+    return np.matmul(routing.weights[:, None, :], down)[:, 0]
 
 
 def shared_expert(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> np.ndarray | None:
     p = f"blk.{layer}."
     if not cfg.shared_ff or not w.has(p + "ffn_down_shexp.weight"):
         return None
-    act = silu(w.matmul(p + "ffn_gate_shexp.weight", h)) * w.matmul(p + "ffn_up_shexp.weight", h)
+    gate, up = w.matmuls([p + "ffn_gate_shexp.weight", p + "ffn_up_shexp.weight"], h)
+    act = silu(gate) * up
     out = w.matmul(p + "ffn_down_shexp.weight", act)
     if w.has(p + "ffn_gate_inp_shexp.weight"):
         out *= sigmoid(h @ w.tensor(p + "ffn_gate_inp_shexp.weight").reshape(-1))[:, None]

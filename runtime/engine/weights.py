@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -160,17 +160,61 @@ class Weights:
         x = np.ascontiguousarray(x, dtype=np.float32)
         return self._numpy_matmul(name, info, 0, n_out, n_in, x)
 
-    def moe_matmul(self, name: str, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    def matmuls(self, names: Sequence[str], x: np.ndarray) -> list[np.ndarray]:
+        """`matmul` of one input with several weights: x is put in 8-bit blocks once per block
+        size instead of once per product (a decode step's GDN, attention and shared-expert
+        projections share their input)."""
+        q8: dict[int, Any] = {}
+        out = []
+        for name in names:
+            m = self._numba_matrix(name)
+            if m is None or not m.integer:
+                out.append(self.matmul(name, x))
+                continue
+            if m.act_block not in q8:
+                q8[m.act_block] = self._kernels.quantize_rows(np.ascontiguousarray(x, np.float32), m.act_block)
+            out.append(m.matmul(x, q8[m.act_block]))
+        return out
+
+    def routes(self, ids: np.ndarray, n_expert: int) -> Any:
+        """The grouping of expert ids (n, k) shared by one layer's expert products (numba backend;
+        None elsewhere, where the products group the ids themselves)."""
+        return self._kernels.Routes(ids, n_expert) if self.backend == "numba" else None
+
+    def moe_matmuls(self, names: Sequence[str], x: np.ndarray, ids: np.ndarray,
+                    routes: Any = None) -> list[np.ndarray]:
+        """`moe_matmul` of one input (n, in) with several expert tensors (gate and up), grouping
+        the ids and quantizing x once."""
+        q8: dict[int, Any] = {}
+        out = []
+        for name in names:
+            m = self._numba_matrix(name)
+            if m is None or not m.integer:
+                out.append(self.moe_matmul(name, x, ids, routes))
+                continue
+            if m.act_block not in q8:
+                q8[m.act_block] = self._kernels.quantize_rows(np.ascontiguousarray(x, np.float32), m.act_block)
+            out.append(m.moe(x, ids, routes, q8[m.act_block]))
+        return out
+
+    def _numba_matrix(self, name: str) -> Any:
+        """The prepared kernel view when the numba kernels compute this product, else None."""
+        if self.backend != "numba" or (self.device_group is not None and name in self.device_group):
+            return None
+        return self._bound.get(name) or self._bind(name, self.info(name))
+
+    def moe_matmul(self, name: str, x: np.ndarray, ids: np.ndarray, routes: Any = None) -> np.ndarray:
         """Per-row expert products with the 3-D tensor `name` (n_expert, out, in).
 
         `ids` (n, k) are the experts of each row; `x` is (n, in) (shared by a row's experts) or
         (n, k, in) (one input per routed slot). Returns (n, k, out): y[i, j] = W[ids[i, j]] · x.
+        `routes` (from `routes`) saves regrouping the same ids for each of a layer's products.
         """
         if self.device_group is not None and name in self.device_group:
             return self.device_group.moe(name, x, ids)
         if self.backend == "numba":
             m = self._bound.get(name) or self._bind(name, self.info(name))
-            return m.moe(x, ids)
+            return m.moe(x, ids, routes if routes is not None and routes.count == m.count else None)
         info = self.info(name)
         n_out, n_in = info.shape[-2], info.shape[-1]
         ids = np.asarray(ids, dtype=np.int64)

@@ -276,11 +276,12 @@ class Matrices:
                             item_e, row0, row1, yg)
 
 
-    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, yg: np.ndarray) -> None:
+    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, yg: np.ndarray,
+                    items: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         """All rows of the given experts through the integer kernel, in one compiled call."""
         if not len(experts):
             return
-        item_e, row0, row1 = self._items(experts)
+        item_e, row0, row1 = self._items(experts) if items is None else items
         INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
                             starts, item_e, row0, row1, yg)
 
@@ -292,15 +293,17 @@ class Matrices:
             self._dense_items = (n, _items(experts, self.n_out))
         return self._dense_items[1]
 
-    def matmul(self, x: np.ndarray) -> np.ndarray:
-        """x (n, n_in) float32 times matrix 0 transposed: (n, n_out) float32."""
+    def matmul(self, x: np.ndarray, q8: Q8Rows | None = None) -> np.ndarray:
+        """x (n, n_in) float32 times matrix 0 transposed: (n, n_out) float32. `q8`: x already in
+        8-bit blocks of this matrix's activation block (shared by the products of one input)."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.n_in:
             raise ValueError(f"x must be (n, {self.n_in}), got {x.shape}")
         n = x.shape[0]
         y = np.empty((n, self.n_out), np.float32)
         if self.integer:
-            self.int_grouped(quantize_rows(x, self.act_block), np.array([0, n], np.int64), _EXPERT_0, y)
+            xq = q8 if q8 is not None and q8.block == self.act_block else quantize_rows(x, self.act_block)
+            self.int_grouped(xq, np.array([0, n], np.int64), _EXPERT_0, y)
         elif self.t == F32:
             np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
         elif n >= BLAS_ROWS or not self.vector:
@@ -309,46 +312,77 @@ class Matrices:
             self.grouped(x, np.array([0, n], np.int64), _EXPERT_0, y)
         return y
 
-    def moe(self, x: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """Rows of x through their routed matrices: see `moe_matmul`."""
-        ids = np.asarray(ids)
-        if ids.ndim != 2:
-            raise ValueError(f"ids must be (n, k), got {ids.shape}")
-        n, k = ids.shape
+    def moe(self, x: np.ndarray, ids: np.ndarray, routes: Routes | None = None,
+            q8: Q8Rows | None = None) -> np.ndarray:
+        """Rows of x through their routed matrices: see `moe_matmul`. `routes`: the grouping of
+        `ids` made once for a layer's expert products; `q8`: x (n, n_in) already in 8-bit blocks."""
+        routes = Routes(ids, self.count) if routes is None else routes
+        if routes.count != self.count:
+            raise ValueError(f"routes are for {routes.count} experts, this tensor has {self.count}")
+        n, k = routes.n, routes.k
         n_in, n_out = self.n_in, self.n_out
-        flat = ids.reshape(-1).astype(np.int64)
-        if flat.size and (flat.min() < 0 or flat.max() >= self.count):
-            raise ValueError(f"expert ids must lie in 0..{self.count - 1}")
         x = np.asarray(x, dtype=np.float32)
         if x.shape == (n, n_in):
-            xrow = np.repeat(np.arange(n, dtype=np.int64), k)
+            xrow = routes.order // k  # row i's k slots all read x[i]
             x2d = x
         elif x.shape == (n, k, n_in):
-            xrow = np.arange(n * k, dtype=np.int64)
+            xrow = routes.order
             x2d = x.reshape(n * k, n_in)
+            q8 = None
         else:
             raise ValueError(f"x must be ({n}, {n_in}) or ({n}, {k}, {n_in}), got {x.shape}")
-        counts = np.bincount(flat, minlength=self.count)
-        order = np.argsort(flat, kind="stable")
-        starts = np.zeros(self.count + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        yg = np.empty((flat.size, n_out), np.float32)
-        used = np.flatnonzero(counts)
+        starts, used, counts = routes.starts, routes.used, routes.counts
+        yg = np.empty((n * k, n_out), np.float32)
         if self.integer:
-            self.int_grouped(quantize_rows(x2d, self.act_block).take(xrow[order]), starts, used, yg)
-            y = np.empty_like(yg)
-            y[order] = yg
-            return y.reshape(n, k, n_out)
-        xg = np.ascontiguousarray(x2d[xrow[order]])
+            if q8 is None or q8.block != self.act_block:
+                q8 = quantize_rows(x2d, self.act_block)
+            self.int_grouped(q8.take(xrow), starts, used, yg, routes.items(n_out))
+            return routes.unsort(yg).reshape(n, k, n_out)
+        xg = np.ascontiguousarray(x2d[xrow])
         self.grouped(xg, starts, used[counts[used] < BLAS_ROWS], yg)
         tasks = []
         for e in used[counts[used] >= BLAS_ROWS]:
             s0, s1 = starts[e], starts[e + 1]
             tasks += self.tiles(int(e), xg[s0:s1], yg[s0:s1])
         _run_tiles(tasks)
+        return routes.unsort(yg).reshape(n, k, n_out)
+
+
+class Routes:
+    """The rows routed to each expert, grouped once per routing: a layer's gate, up and down
+    products share it (each product regrouping the same ids cost ~20 small numpy calls)."""
+
+    __slots__ = ("count", "n", "k", "order", "starts", "used", "counts", "_items")
+
+    def __init__(self, ids: np.ndarray, count: int) -> None:
+        ids = np.asarray(ids)
+        if ids.ndim != 2:
+            raise ValueError(f"ids must be (n, k), got {ids.shape}")
+        flat = ids.reshape(-1).astype(np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= count):
+            raise ValueError(f"expert ids must lie in 0..{count - 1}")
+        self.count = count
+        self.n, self.k = ids.shape
+        self.counts = np.bincount(flat, minlength=count)
+        self.order = np.argsort(flat, kind="stable")  # slots grouped by expert
+        self.starts = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(self.counts, out=self.starts[1:])
+        self.used = np.flatnonzero(self.counts)
+        self._items: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def items(self, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The kernel's work items for matrices of n_out rows (made once per size and thread count)."""
+        key = (n_out, current_threads())
+        got = self._items.get(key)
+        if got is None:
+            got = self._items[key] = _items(self.used, n_out)
+        return got
+
+    def unsort(self, yg: np.ndarray) -> np.ndarray:
+        """Rows computed in grouped order back in slot order."""
         y = np.empty_like(yg)
-        y[order] = yg
-        return y.reshape(n, k, n_out)
+        y[self.order] = yg
+        return y
 
 
 _EXPERT_0 = np.zeros(1, np.int64)
