@@ -195,22 +195,53 @@ def _sigmoid(x):
     return e / (np.float32(1.0) + e)
 
 
+@njit(inline="always")
+def _silu_inplace(v, e, bits):
+    """v ← v·σ(v) over a 1-D array, in two loops LLVM turns into vector code: e^{-|v|} = 2^m·p(r)
+    (m = round(−|v|·log2 e), |r| ≤ ln2/2, p the degree-6 Taylor polynomial: ~3e-7 relative),
+    the power of two built from its exponent bits; libm's exp is a scalar call per value and was
+    most of a decode step's conv. `e` (float32) and `bits` (int32) are scratch of v's length."""
+    scale = bits.view(np.float32)
+    for i in range(v.shape[0]):
+        y = max(-abs(v[i]), np.float32(-87.0))
+        m = np.floor(y * np.float32(1.4426950408889634) + np.float32(0.5))
+        r = y - m * np.float32(0.693359375) + m * np.float32(2.12194440e-4)
+        p = np.float32(1.0 / 720.0)
+        p = p * r + np.float32(1.0 / 120.0)
+        p = p * r + np.float32(1.0 / 24.0)
+        p = p * r + np.float32(1.0 / 6.0)
+        p = p * r + np.float32(0.5)
+        p = p * r + np.float32(1.0)
+        e[i] = p * r + np.float32(1.0)
+        bits[i] = (np.int32(m) + 127) << 23
+    for i in range(v.shape[0]):
+        ei = e[i] * scale[i]
+        r1 = np.float32(1.0) / (np.float32(1.0) + ei)
+        v[i] = v[i] * (r1 if v[i] >= 0 else ei * r1)
+
+
 @njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
 def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, norm_w, eps, nk, dk, y):
     n, C = u.shape
     K = taps.shape[1]
     R = K - 1
     Hv, dv = z.shape[1], z.shape[2]
+    xx = np.empty((R + n, C), np.float32)  # [ring; u]: the conv reads rows t..t+R of it
+    xx[:R] = ring
+    xx[R:] = u
     x = np.empty((n, C), np.float32)
-    for c in prange(C):  # depthwise causal conv over [ring; u], SiLU, and the channel's new ring
-        for t in range(n):
-            acc = np.float32(0.0)
-            for j in range(K):
-                i = t + j
-                acc += (ring[i, c] if i < R else u[i - R, c]) * taps[c, j]
-            x[t, c] = acc * _sigmoid(acc)
-        for i in range(R):  # row n + i of [ring; u]; in place, it is read before row i is written
-            ring_out[i, c] = ring[n + i, c] if n + i < R else u[n + i - R, c]
+    e = np.empty(C, np.float32)
+    bits = np.empty(C, np.int32)
+    for t in range(n):  # depthwise causal conv, then SiLU; channel loops are vector code
+        xt = x[t]
+        for c in range(C):
+            xt[c] = xx[t, c] * taps[c, 0]
+        for j in range(1, K):
+            row = xx[t + j]
+            for c in range(C):
+                xt[c] += row[c] * taps[c, j]
+        _silu_inplace(xt, e, bits)
+    ring_out[:] = xx[n:]  # the last R rows of [ring; u]
     inv_sqrt = np.float32(1.0 / np.sqrt(dk))
     for h in prange(Hv):
         kh = h % nk
@@ -221,6 +252,9 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
         sa = np.empty(dv, np.float32)
         sb = np.empty(dv, np.float32)
         o = np.empty(dv, np.float32)
+        gz = np.empty(dv, np.float32)
+        ez = np.empty(dv, np.float32)
+        bz = np.empty(dv, np.int32)
         for t in range(n):
             ssq = np.float32(0.0)
             ssk = np.float32(0.0)
@@ -251,9 +285,9 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             v0 = (2 * nk * dk) + h * dv
             ms = np.float32(0.0)
             for c in range(dv):
-                e = (x[t, v0 + c] - decay * sa[c]) * bt
-                sa[c] = e
-                o[c] = decay * sb[c] + qk * e
+                ec = (x[t, v0 + c] - decay * sa[c]) * bt
+                sa[c] = ec
+                o[c] = decay * sb[c] + qk * ec
                 ms += o[c] * o[c]
             for i in range(dk):
                 ki = k[i]
@@ -264,8 +298,10 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             src = dst
             r = np.float32(1.0) / np.float32(np.sqrt(ms / dv + eps))
             for c in range(dv):
-                zc = z[t, h, c]
-                y[t, h * dv + c] = o[c] * r * norm_w[c] * zc * _sigmoid(zc)
+                gz[c] = z[t, h, c]
+            _silu_inplace(gz, ez, bz)
+            for c in range(dv):
+                y[t, h * dv + c] = o[c] * r * norm_w[c] * gz[c]
 
 
 def gdn_mixer(u: np.ndarray, ring: np.ndarray, taps: np.ndarray, z: np.ndarray, b: np.ndarray,
