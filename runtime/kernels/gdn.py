@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .act import silu_inplace
 from .jit import njit, prange
 
 CHUNK = 32
@@ -195,31 +196,6 @@ def _sigmoid(x):
     return e / (np.float32(1.0) + e)
 
 
-@njit(inline="always")
-def _silu_inplace(v, e, bits):
-    """v ← v·σ(v) over a 1-D array, in two loops LLVM turns into vector code: e^{-|v|} = 2^m·p(r)
-    (m = round(−|v|·log2 e), |r| ≤ ln2/2, p the degree-6 Taylor polynomial: ~3e-7 relative),
-    the power of two built from its exponent bits; libm's exp is a scalar call per value and was
-    most of a decode step's conv. `e` (float32) and `bits` (int32) are scratch of v's length."""
-    scale = bits.view(np.float32)
-    for i in range(v.shape[0]):
-        y = max(-abs(v[i]), np.float32(-87.0))
-        m = np.floor(y * np.float32(1.4426950408889634) + np.float32(0.5))
-        r = y - m * np.float32(0.693359375) + m * np.float32(2.12194440e-4)
-        p = np.float32(1.0 / 720.0)
-        p = p * r + np.float32(1.0 / 120.0)
-        p = p * r + np.float32(1.0 / 24.0)
-        p = p * r + np.float32(1.0 / 6.0)
-        p = p * r + np.float32(0.5)
-        p = p * r + np.float32(1.0)
-        e[i] = p * r + np.float32(1.0)
-        bits[i] = (np.int32(m) + 127) << 23
-    for i in range(v.shape[0]):
-        ei = e[i] * scale[i]
-        r1 = np.float32(1.0) / (np.float32(1.0) + ei)
-        v[i] = v[i] * (r1 if v[i] >= 0 else ei * r1)
-
-
 @njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
 def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, norm_w, eps, nk, dk, y):
     n, C = u.shape
@@ -240,7 +216,7 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             row = xx[t + j]
             for c in range(C):
                 xt[c] += row[c] * taps[c, j]
-        _silu_inplace(xt, e, bits)
+        silu_inplace(xt, e, bits)
     ring_out[:] = xx[n:]  # the last R rows of [ring; u]
     inv_sqrt = np.float32(1.0 / np.sqrt(dk))
     for h in prange(Hv):
@@ -299,7 +275,7 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             r = np.float32(1.0) / np.float32(np.sqrt(ms / dv + eps))
             for c in range(dv):
                 gz[c] = z[t, h, c]
-            _silu_inplace(gz, ez, bz)
+            silu_inplace(gz, ez, bz)
             for c in range(dv):
                 y[t, h * dv + c] = o[c] * r * norm_w[c] * gz[c]
 

@@ -2,9 +2,11 @@
 
 Every activation row is quantized once per call (before the rows are grouped by expert), then
 each work item (expert, run of output rows) walks its weight rows against the rows routed to
-that expert, four at a time, in tiles of activation rows small enough to stay in cache. The same
-code serves batch 1, batch N and the grouped-MoE call: the integer dot products beat decoding to
-float32 and sgemm at every batch size measured (benchmarks/RESULTS.md).
+that expert, four at a time, in tiles of activation rows small enough to stay in cache, and
+writes each result to its row's own place (`dest`: grouped position -> output row), so the
+grouped order never has to be undone by a copy. The same code serves batch 1, batch N and the
+grouped-MoE call: the integer dot products beat decoding to float32 and sgemm at every batch
+size measured (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ ROW_TILE = 64  # activation rows kept hot while a run of weight rows streams pas
 
 @njit(inline="always")
 def _igrouped(t, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
-              item_row1, yg):
+              item_row1, dest, yg):
     rb = n_blocks * tsize
     for it in prange(item_expert.shape[0]):
         e = item_expert[it]
@@ -32,43 +34,43 @@ def _igrouped(t, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_ex
                 while rend - r >= 4:
                     v4 = idot_rows(t, 4, raw, p, n_blocks, xq, xd, xs, s0 + r)
                     for i in range(4):
-                        yg[s0 + r + i, o] = v4[i]
+                        yg[dest[s0 + r + i], o] = v4[i]
                     r += 4
                 if rend - r >= 2:
                     v2 = idot_rows(t, 2, raw, p, n_blocks, xq, xd, xs, s0 + r)
-                    yg[s0 + r, o] = v2[0]
-                    yg[s0 + r + 1, o] = v2[1]
+                    yg[dest[s0 + r], o] = v2[0]
+                    yg[dest[s0 + r + 1], o] = v2[1]
                     r += 2
                 if rend - r >= 1:
-                    yg[s0 + r, o] = idot_rows(t, 1, raw, p, n_blocks, xq, xd, xs, s0 + r)[0]
+                    yg[dest[s0 + r], o] = idot_rows(t, 1, raw, p, n_blocks, xq, xd, xs, s0 + r)[0]
 
 
 _P = {"parallel": True, "cache": True}
 
 
 @njit(**_P)
-def _int_q4_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg):
-    _igrouped(Q4_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg)
+def _int_q4_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q4_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q8_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg):
-    _igrouped(Q8_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg)
+def _int_q8_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q8_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q4_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg):
-    _igrouped(Q4_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg)
+def _int_q4_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q4_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q5_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg):
-    _igrouped(Q5_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg)
+def _int_q5_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q5_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q6_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg):
-    _igrouped(Q6_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, yg)
+def _int_q6_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q6_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 INT_KERNELS = {Q4_0: _int_q4_0, Q8_0: _int_q8_0, Q4_K: _int_q4_k, Q5_K: _int_q5_k, Q6_K: _int_q6_k}

@@ -276,14 +276,15 @@ class Matrices:
                             item_e, row0, row1, yg)
 
 
-    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, yg: np.ndarray,
+    def int_grouped(self, xq: Q8Rows, starts: np.ndarray, experts: np.ndarray, dest: np.ndarray, y: np.ndarray,
                     items: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
-        """All rows of the given experts through the integer kernel, in one compiled call."""
+        """All rows of the given experts through the integer kernel, in one compiled call; the
+        result of grouped row i goes to row dest[i] of y."""
         if not len(experts):
             return
         item_e, row0, row1 = self._items(experts) if items is None else items
         INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
-                            starts, item_e, row0, row1, yg)
+                            starts, item_e, row0, row1, dest, y)
 
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
@@ -303,7 +304,7 @@ class Matrices:
         y = np.empty((n, self.n_out), np.float32)
         if self.integer:
             xq = q8 if q8 is not None and q8.block == self.act_block else quantize_rows(x, self.act_block)
-            self.int_grouped(xq, np.array([0, n], np.int64), _EXPERT_0, y)
+            self.int_grouped(xq, np.array([0, n], np.int64), _EXPERT_0, np.arange(n), y)
         elif self.t == F32:
             np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
         elif n >= BLAS_ROWS or not self.vector:
@@ -332,12 +333,13 @@ class Matrices:
         else:
             raise ValueError(f"x must be ({n}, {n_in}) or ({n}, {k}, {n_in}), got {x.shape}")
         starts, used, counts = routes.starts, routes.used, routes.counts
-        yg = np.empty((n * k, n_out), np.float32)
         if self.integer:
             if q8 is None or q8.block != self.act_block:
                 q8 = quantize_rows(x2d, self.act_block)
-            self.int_grouped(q8.take(xrow), starts, used, yg, routes.items(n_out))
-            return routes.unsort(yg).reshape(n, k, n_out)
+            y = np.empty((n * k, n_out), np.float32)
+            self.int_grouped(q8.take(xrow), starts, used, routes.order, y, routes.items(n_out))
+            return y.reshape(n, k, n_out)
+        yg = np.empty((n * k, n_out), np.float32)
         xg = np.ascontiguousarray(x2d[xrow])
         self.grouped(xg, starts, used[counts[used] < BLAS_ROWS], yg)
         tasks = []
