@@ -85,22 +85,26 @@ def attend(q: np.ndarray, segments: list[tuple[np.ndarray, np.ndarray, np.ndarra
     total = sum(s[0].shape[1] for s in segments)
     step = max(1, _SCORE_BUDGET // max(1, heads * total))
     out = np.empty((n, heads, dv), dtype=np.float32)
-    kt = [k[:, None].transpose(0, 1, 3, 2) for k, _, _ in segments]  # (kvh, 1, d, m) views
-    vt = [v[:, None] for _, v, _ in segments]  # (kvh, 1, m, dv)
+    kt = [k.transpose(0, 2, 1) for k, _, _ in segments]  # (kvh, d, m) views
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
-        qs = q[r0:r1].reshape(r1 - r0, kvh, g, d).transpose(1, 2, 0, 3) * scale  # (kvh, g, r, d)
+        r = r1 - r0
+        # the g query heads of a KV head and their rows form one (g·r, d) operand, so each KV
+        # head's keys and values are read once (a broadcast batch axis made numpy read them g
+        # times: 34 ms per layer and token at depth 16K instead of ~5)
+        qs = (q[r0:r1].reshape(r, kvh, g, d).transpose(1, 2, 0, 3) * scale).reshape(kvh, g * r, d)
         scores = []
         for (_, _, mask), k_t in zip(segments, kt, strict=True):
-            s = qs @ k_t  # (kvh, g, r, m)
+            s = (qs @ k_t).reshape(kvh, g, r, -1)
             if mask is not None:
                 s = np.where(mask[r0:r1], s, np.float32(-np.inf))
             scores.append(s)
         m = np.max([np.max(s, axis=-1) for s in scores], axis=0)[..., None]
         probs = [np.exp(s - m) for s in scores]
         denom = sum(np.sum(p, axis=-1) for p in probs)[..., None]
-        o = sum(p @ v_t for p, v_t in zip(probs, vt, strict=True)) / denom  # (kvh, g, r, dv)
-        out[r0:r1] = o.transpose(2, 0, 1, 3).reshape(r1 - r0, heads, dv)
+        o = sum(p.reshape(kvh, g * r, -1) @ v for p, (_, v, _) in zip(probs, segments, strict=True))
+        o = o.reshape(kvh, g, r, dv) / denom  # (kvh, g, r, dv)
+        out[r0:r1] = o.transpose(2, 0, 1, 3).reshape(r, heads, dv)
     return out
 
 
