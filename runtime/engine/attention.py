@@ -16,6 +16,7 @@ from .ops import rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
 
+KERNEL_ROWS = 8  # up to this many rows (decode, short commits) the compiled kernel reads the cache
 _SCORE_BUDGET = 1 << 23  # float32 scores held at once (32 MiB): query rows are processed in slices
 
 
@@ -122,8 +123,11 @@ def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Seque
     kc[:, pos0:pos0 + n] = a.k.transpose(1, 0, 2)
     vc[:, pos0:pos0 + n] = a.v.transpose(1, 0, 2)
     end = pos0 + n
-    mask = None if n == 1 else np.arange(end)[None, :] <= (pos0 + np.arange(n))[:, None]
-    o = attend(a.q, [(kc[:, :end], vc[:, :end], mask)])
+    if w.attention_kernel is not None and n <= KERNEL_ROWS:
+        o = w.attention_kernel(a.q, kc, vc, pos0 + 1 + np.arange(n))
+    else:
+        mask = None if n == 1 else np.arange(end)[None, :] <= (pos0 + np.arange(n))[:, None]
+        o = attend(a.q, [(kc[:, :end], vc[:, :end], mask)])
     return _output(w, layer, o, a.gate)
 
 

@@ -72,6 +72,7 @@ class Weights:
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
         self.gdn_step_kernel = None  # its token-by-token form for a few rows (kernels.gdn_recurrent)
         self.gdn_mixer_kernel = None  # a few rows' whole mixer between the projections (kernels.gdn_mixer)
+        self.attention_kernel = None  # a few rows' attention over the KV cache (kernels.attend_cache)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         if self.backend == "numba":
             from .. import kernels
@@ -80,6 +81,7 @@ class Weights:
             self.gdn_kernel = kernels.gdn_chunked
             self.gdn_step_kernel = kernels.gdn_recurrent
             self.gdn_mixer_kernel = kernels.gdn_mixer
+            self.attention_kernel = kernels.attend_cache
             self.enter()
             for name, info in file.tensors.items():
                 if len(info.shape) in (2, 3) and name not in on_device:

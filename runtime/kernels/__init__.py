@@ -1,10 +1,11 @@
 """Compiled (numba) kernels: fused dequantize-and-multiply for dense and grouped-MoE weights, the
 chunked Gated DeltaNet used for prefill and its token-by-token form for decode."""
 
+from .attention import attend_cache
 from .gdn import gdn_chunked, gdn_mixer, gdn_recurrent
 from .jit import default_threads, kernel_cache_dir, set_threads
 from .matmul import Matrices, Routes, matmul, moe_matmul, prepare
 from .q8 import quantize_rows
 
-__all__ = ["Matrices", "default_threads", "gdn_chunked", "gdn_mixer", "gdn_recurrent", "kernel_cache_dir", "matmul",
-           "moe_matmul", "prepare", "quantize_rows", "Routes", "set_threads"]
+__all__ = ["Matrices", "Routes", "attend_cache", "default_threads", "gdn_chunked", "gdn_mixer", "gdn_recurrent",
+           "kernel_cache_dir", "matmul", "moe_matmul", "prepare", "quantize_rows", "set_threads"]

@@ -91,3 +91,12 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     _sigmoid_flat(x.reshape(-1), out.reshape(-1))
     return out
+
+
+@njit(inline="always")
+def exp_nonpositive_inplace(v, e, bits):
+    """v ← e^v over a 1-D float32 array of values ≤ 0 (−inf gives 0); e, bits: scratch."""
+    _exp_neg_abs(v, e, bits)
+    scale = bits.view(np.float32)
+    for i in range(v.shape[0]):
+        v[i] = e[i] * scale[i]

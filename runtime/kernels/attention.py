@@ -1,0 +1,119 @@
+"""Softmax attention of a few query rows over a long KV cache, in one compiled parallel call.
+
+Decode and short commits read the whole cache once per token; with numpy that was one BLAS call
+per KV head on one thread. Here the cache is cut into chunks of positions, each (KV head, chunk)
+is a work item on the kernel threads computing its scores, their maximum, the exponentials and
+the weighted sum of values; the items are then merged with their maxima (the log-sum-exp
+combination of split softmax), so the result equals the one-pass softmax to float32 round-off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .act import exp_nonpositive_inplace
+from .jit import current_threads, njit, prange
+
+_FM = {"contract", "nsz", "reassoc"}
+MIN_CHUNK = 256  # positions per work item at least
+
+
+@njit(parallel=True, cache=True, fastmath=_FM)
+def _attend(q, K, V, M, limits, scale, chunk, out):
+    n, heads, d = q.shape
+    kvh = K.shape[0]
+    dv = V.shape[2]
+    g = heads // kvh
+    R = n * g
+    nc = (M + chunk - 1) // chunk
+    pm = np.empty((kvh, nc, R), np.float32)
+    pl = np.empty((kvh, nc, R), np.float32)
+    pacc = np.zeros((kvh, nc, R, dv), np.float32)
+    for it in prange(kvh * nc):
+        h = it // nc
+        c = it % nc
+        p0 = c * chunk
+        L = min(M, p0 + chunk) - p0
+        s = np.empty((R, L), np.float32)
+        e = np.empty(L, np.float32)
+        bits = np.empty(L, np.int32)
+        for j in range(L):  # each key row read once, dotted with every query row
+            kr = K[h, p0 + j]
+            for r in range(n):
+                visible = p0 + j < limits[r]
+                for gi in range(g):
+                    if visible:
+                        qi = q[r, h * g + gi]
+                        acc = np.float32(0.0)
+                        for t in range(d):
+                            acc += qi[t] * kr[t]
+                        s[r * g + gi, j] = acc * scale
+                    else:
+                        s[r * g + gi, j] = -np.inf
+        for row in range(R):
+            sr = s[row]
+            mx = -np.inf
+            for j in range(L):
+                mx = max(mx, sr[j])
+            pm[h, c, row] = mx
+            if mx == -np.inf:
+                pl[h, c, row] = 0.0
+                sr[:] = 0.0
+                continue
+            for j in range(L):
+                sr[j] = sr[j] - mx
+            exp_nonpositive_inplace(sr, e, bits)
+            tot = np.float32(0.0)
+            for j in range(L):
+                tot += sr[j]
+            pl[h, c, row] = tot
+        for j in range(L):  # each value row read once, added into every query row
+            vr = V[h, p0 + j]
+            for row in range(R):
+                pj = s[row, j]
+                a = pacc[h, c, row]
+                for t in range(dv):
+                    a[t] += pj * vr[t]
+    for r in range(n):
+        for hh in range(heads):
+            h = hh // g
+            row = r * g + (hh % g)
+            mx = -np.inf
+            for c in range(nc):
+                if pm[h, c, row] > mx:
+                    mx = pm[h, c, row]
+            tot = np.float32(0.0)
+            o = out[r, hh]
+            o[:] = 0.0
+            for c in range(nc):
+                if pl[h, c, row] > 0:
+                    w = np.float32(np.exp(pm[h, c, row] - mx))
+                    tot += w * pl[h, c, row]
+                    a = pacc[h, c, row]
+                    for t in range(dv):
+                        o[t] += w * a[t]
+            if tot > 0:
+                for t in range(dv):
+                    o[t] /= tot
+
+
+def attend_cache(q: np.ndarray, K: np.ndarray, V: np.ndarray, limits: np.ndarray) -> np.ndarray:
+    """Attention of q (n, heads, d) over a KV cache K (kv_heads, capacity, d), V (kv_heads,
+    capacity, dv), both C-contiguous: row r sees the first limits[r] positions; query head h uses
+    KV head h // (heads / kv_heads). Returns (n, heads, dv) float32 (zeros for a row seeing none).
+    Whole cache arrays are passed, not slices, so the compiled rows are contiguous (vector code)."""
+    q = np.ascontiguousarray(q, np.float32)
+    n, heads, d = q.shape
+    kvh = K.shape[0]
+    limits = np.asarray(limits, np.int64)
+    if (K.shape[2] != d or V.shape[:2] != K.shape[:2] or heads % kvh or limits.shape != (n,)
+            or not (K.flags.c_contiguous and V.flags.c_contiguous)):
+        raise ValueError(f"inconsistent attention inputs q{q.shape} K{K.shape} V{V.shape} limits{limits.shape}")
+    m = int(limits.max(initial=0))
+    if m > K.shape[1] or (n and limits.min() < 0):
+        raise ValueError(f"limits must lie in 0..{K.shape[1]}")
+    items = max(1, 4 * current_threads() // kvh)  # a few items per thread to even out the load
+    chunk = max(MIN_CHUNK, -(-m // items))
+    out = np.empty((n, heads, V.shape[2]), np.float32)
+    _attend(q, K, V, m, limits, np.float32(1.0 / np.sqrt(d)), chunk, out)
+    return out

@@ -1,0 +1,53 @@
+"""The compiled cache attention (kernels.attend_cache) against softmax attention in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+kernels = pytest.importorskip("clover_runtime.kernels")
+
+
+def _reference(q, K, V, limits):
+    n, heads, d = q.shape
+    g = heads // K.shape[0]
+    out = np.zeros((n, heads, V.shape[2]))
+    for r in range(n):
+        for h in range(heads):
+            m = limits[r]
+            if m == 0:
+                continue
+            s = K[h // g, :m].astype(np.float64) @ q[r, h].astype(np.float64) / np.sqrt(d)
+            p = np.exp(s - s.max())
+            out[r, h] = p @ V[h // g, :m] / p.sum()
+    return out
+
+
+@pytest.mark.parametrize(("n", "m", "threads"), [(1, 5, 1), (1, 3000, 2), (4, 1100, 2), (3, 700, 1)])
+def test_cache_attention_matches_softmax(n, m, threads):
+    rng = np.random.default_rng(n * 1000 + m)
+    kvh, heads, d, dv, cap = 2, 8, 64, 48, m + 37  # the cache has room past the rows in use
+    K = rng.standard_normal((kvh, cap, d)).astype(np.float32) * 2
+    V = rng.standard_normal((kvh, cap, dv)).astype(np.float32)
+    q = rng.standard_normal((n, heads, d)).astype(np.float32)
+    limits = m - n + 1 + np.arange(n)  # causal rows at the end of the cache
+    kernels.set_threads(threads)
+    try:
+        got = kernels.attend_cache(q, K, V, limits)
+    finally:
+        kernels.set_threads(None)
+    want = _reference(q, K, V, limits)
+    assert got.shape == (n, heads, dv) and got.dtype == np.float32
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+
+
+def test_a_row_seeing_nothing_gets_zeros_and_bad_inputs_are_refused():
+    K = np.ones((1, 8, 4), np.float32)
+    V = np.ones((1, 8, 4), np.float32)
+    q = np.ones((2, 2, 4), np.float32)
+    out = kernels.attend_cache(q, K, V, np.array([0, 3]))
+    assert np.all(out[0] == 0) and np.allclose(out[1], 1)
+    with pytest.raises(ValueError, match="limits"):
+        kernels.attend_cache(q, K, V, np.array([0, 9]))
+    with pytest.raises(ValueError, match="inconsistent"):
+        kernels.attend_cache(q, K[:, :, :3], V, np.array([1, 1]))
