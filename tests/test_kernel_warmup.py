@@ -22,13 +22,15 @@ def _marker_for(model) -> Path:
 
 
 def test_compile_kernels_marks_the_types_compiled() -> None:
-    with load_model(tiny_model_path("Q8_0"), backend="numba") as model:
+    # Q4_0, not the Q8_0 file of the next test: under two test workers the two could otherwise
+    # run at once on the same marker (this one creating what that one needs absent)
+    with load_model(tiny_model_path("Q4_0"), backend="numba") as model:
         marker = _marker_for(model)
         marker.unlink(missing_ok=True)
         assert needs_compile(model)
         compile_kernels(model)
         assert marker.exists() and not needs_compile(model)
-    with load_model(tiny_model_path("Q8_0"), backend="numpy") as model:
+    with load_model(tiny_model_path("Q4_0"), backend="numpy") as model:
         assert not needs_compile(model)  # nothing to compile on the reference path
 
 
