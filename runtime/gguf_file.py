@@ -440,17 +440,23 @@ _HEADER_CACHE_SIZE = 4
 
 
 def _parsed_header(m: Any, path: Path) -> GGUFHeader:
-    """The header of a mapped file, parsed once per process while the file is unchanged: `run`
-    and `serve` check the memory fit and then load the same file, and a real vocabulary makes
-    each parse cost about half a second."""
+    """The header of a mapped file, parsed once per process while the file is unchanged (`run`
+    and `serve` check the memory fit and then load the same file) and kept on disk for the next
+    process (`header_cache`): a real vocabulary makes each parse cost about half a second."""
+    from . import header_cache
+
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     header = _HEADER_CACHE.get(key)
+    if header is None:
+        header = header_cache.load(path, m)
     if header is None:
         try:
             header = parse_header(m, file_size=len(m), name=path.name)
         except HeaderTruncated:
             raise ModelFileError(f"{path.name}: truncated file (ends inside the GGUF header)") from None
+        header_cache.store(path, m, header)
+    if key not in _HEADER_CACHE:
         while len(_HEADER_CACHE) >= _HEADER_CACHE_SIZE:
             _HEADER_CACHE.pop(next(iter(_HEADER_CACHE)))
         _HEADER_CACHE[key] = header

@@ -1,7 +1,8 @@
 """Per-user directories for clover's own files, following each platform's conventions.
 
 The model cache is the Hugging Face cache (see `clover_runtime.hub`); these are clover's other files:
-compiled-kernel cache, background-server state and logs. `CLOVER_HOME` puts them all in one place.
+compiled-kernel cache, parsed model headers (`clover_runtime.file_cache`), background-server state
+and logs. `CLOVER_HOME` puts them all in one place.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def _home_override() -> Path | None:
 
 
 def cache_dir() -> Path:
-    """Disposable files (the numba kernel cache)."""
+    """Disposable files (the numba kernel cache, parsed model headers)."""
     if (home := _home_override()) is not None:
         return home / "cache"
     if sys.platform == "win32":

@@ -7,6 +7,10 @@ seconds apiece). NUMBA_CACHE_DIR, which clover honours before its own choice, is
 any kernel module is imported, and subprocesses inherit it: the session compiles each kernel once.
 The directory is new for each session, so a session never loads code compiled from older sources.
 A NUMBA_CACHE_DIR already in the environment is kept.
+
+CLOVER_HOME gets a session directory too (unless set), so tests that open model files never write
+into the user's cache (`clover_runtime.file_cache` keeps parsed headers there); tests that need
+their own home still set or remove it.
 """
 
 from __future__ import annotations
@@ -24,3 +28,8 @@ if not os.environ.get("NUMBA_CACHE_DIR"):
     _kernel_cache = tempfile.mkdtemp(prefix="clover-test-kernels-")
     os.environ["NUMBA_CACHE_DIR"] = _kernel_cache
     atexit.register(shutil.rmtree, _kernel_cache, ignore_errors=True)
+
+if not os.environ.get("CLOVER_HOME"):
+    _home = tempfile.mkdtemp(prefix="clover-test-home-")
+    os.environ["CLOVER_HOME"] = _home
+    atexit.register(shutil.rmtree, _home, ignore_errors=True)

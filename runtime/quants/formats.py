@@ -1,43 +1,58 @@
 """Block geometry of the ggml tensor types: how many bytes a row of a given type occupies.
 
-Sizes come from `gguf.constants.GGML_QUANT_SIZES` (constants only, no quantization code), so that a
-new ggml type listed there is at least measurable; `SUPPORTED_TYPES` is what clover can compute with.
+Sizes come from the table the header parser uses (`gguf_file.GGML_TYPES`); a type id missing
+there is looked up in gguf-py's constants, imported only then (importing the `gguf` package costs
+~0.15 s of every start), so that a new ggml type is at least measurable. `SUPPORTED_TYPES` is what
+clover can compute with.
 """
 
 from __future__ import annotations
 
-from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from ..errors import ModelFileError
+from ..gguf_file import GGML_TYPES
 
-F32 = int(GGMLQuantizationType.F32)
-F16 = int(GGMLQuantizationType.F16)
-BF16 = int(GGMLQuantizationType.BF16)
-Q8_0 = int(GGMLQuantizationType.Q8_0)
-Q4_0 = int(GGMLQuantizationType.Q4_0)
-Q4_1 = int(GGMLQuantizationType.Q4_1)
-Q5_0 = int(GGMLQuantizationType.Q5_0)
-Q5_1 = int(GGMLQuantizationType.Q5_1)
-Q4_K = int(GGMLQuantizationType.Q4_K)
-Q5_K = int(GGMLQuantizationType.Q5_K)
-Q6_K = int(GGMLQuantizationType.Q6_K)
+_IDS = {name: t for t, (name, _, _) in GGML_TYPES.items()}
+F32 = _IDS["F32"]
+F16 = _IDS["F16"]
+BF16 = _IDS["BF16"]
+Q8_0 = _IDS["Q8_0"]
+Q4_0 = _IDS["Q4_0"]
+Q4_1 = _IDS["Q4_1"]
+Q5_0 = _IDS["Q5_0"]
+Q5_1 = _IDS["Q5_1"]
+Q4_K = _IDS["Q4_K"]
+Q5_K = _IDS["Q5_K"]
+Q6_K = _IDS["Q6_K"]
 
 SUPPORTED_TYPES: frozenset[int] = frozenset({F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K})
 
-_SIZES: dict[int, tuple[int, int]] = {int(t): (int(b), int(s)) for t, (b, s) in GGML_QUANT_SIZES.items()}
-_NAMES: dict[int, str] = {int(t): t.name for t in GGMLQuantizationType}
+
+def _entry(t: int) -> tuple[str, int, int] | None:
+    """(name, elements per block, bytes per block) of a type id, or None when no table lists it."""
+    entry = GGML_TYPES.get(t)
+    if entry is not None:
+        return entry
+    try:
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        qt = GGMLQuantizationType(t)
+        blk, size = GGML_QUANT_SIZES[qt]
+    except (ImportError, ValueError, KeyError):
+        return None
+    return qt.name, int(blk), int(size)
 
 
 def _sizes(t: int) -> tuple[int, int]:
-    try:
-        return _SIZES[int(t)]
-    except KeyError:
-        raise ModelFileError(f"unknown ggml tensor type id {t}") from None
+    entry = _entry(int(t))
+    if entry is None:
+        raise ModelFileError(f"unknown ggml tensor type id {t}")
+    return entry[1], entry[2]
 
 
 def type_name(t: int) -> str:
     """The ggml name of a type id ("Q4_K"), or "type<N>" for an id ggml does not define."""
-    return _NAMES.get(int(t), f"type{int(t)}")
+    entry = _entry(int(t))
+    return entry[0] if entry is not None else f"type{int(t)}"
 
 
 def block_size(t: int) -> int:
