@@ -12,6 +12,8 @@ round-off (tests: ≤ 1e-5 relative).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..quants.dequant import dequantize_rows
@@ -289,9 +291,14 @@ class Matrices:
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
             return _items(experts, self.n_out)
+        return self._dense()
+
+    def _dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The work items of matrix 0 alone, made once per thread count (a decode step makes ~10
+        products a layer, each used to rebuild them)."""
         n = current_threads()
         if self._dense_items is None or self._dense_items[0] != n:
-            self._dense_items = (n, _items(experts, self.n_out))
+            self._dense_items = (n, _items(_EXPERT_0, self.n_out))
         return self._dense_items[1]
 
     def matmul(self, x: np.ndarray, q8: Q8Rows | None = None) -> np.ndarray:
@@ -304,7 +311,9 @@ class Matrices:
         y = np.empty((n, self.n_out), np.float32)
         if self.integer:
             xq = q8 if q8 is not None and q8.block == self.act_block else quantize_rows(x, self.act_block)
-            self.int_grouped(xq, np.array([0, n], np.int64), _EXPERT_0, np.arange(n), y)
+            starts, rows = _dense_rows(n)
+            INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
+                                starts, *self._dense(), rows, y)
         elif self.t == F32:
             np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
         elif n >= BLAS_ROWS or not self.vector:
@@ -388,6 +397,14 @@ class Routes:
 
 
 _EXPERT_0 = np.zeros(1, np.int64)
+
+
+@functools.lru_cache(maxsize=64)
+def _dense_rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The group starts [0, n] and the identity row map of an n-row dense product (read-only)."""
+    starts, rows = np.array([0, n], np.int64), np.arange(n, dtype=np.int64)
+    starts.flags.writeable = rows.flags.writeable = False
+    return starts, rows
 
 
 def prepare(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int,
