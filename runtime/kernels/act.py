@@ -37,17 +37,6 @@ def _exp_neg_abs(v, e, bits):
 
 
 @njit(inline="always")
-def silu_inplace(v, e, bits):
-    """v ← v·σ(v) over a 1-D float32 array; e (float32) and bits (int32) are scratch of its length."""
-    _exp_neg_abs(v, e, bits)
-    scale = bits.view(np.float32)
-    for i in range(v.shape[0]):
-        ei = e[i] * scale[i]
-        r1 = np.float32(1.0) / (np.float32(1.0) + ei)
-        v[i] = v[i] * (r1 if v[i] >= 0 else ei * r1)
-
-
-@njit(inline="always")
 def _sigmoid_into(v, out, bits):
     _exp_neg_abs(v, out, bits)
     scale = bits.view(np.float32)
@@ -55,6 +44,14 @@ def _sigmoid_into(v, out, bits):
         ei = out[i] * scale[i]
         r1 = np.float32(1.0) / (np.float32(1.0) + ei)
         out[i] = r1 if v[i] >= 0 else ei * r1
+
+
+@njit(inline="always")
+def silu_inplace(v, e, bits):
+    """v ← v·σ(v) over a 1-D float32 array; e (float32) and bits (int32) are scratch of its length."""
+    _sigmoid_into(v, e, bits)
+    for i in range(v.shape[0]):
+        v[i] = v[i] * e[i]
 
 
 @njit(parallel=True, cache=True, fastmath=_FM)
