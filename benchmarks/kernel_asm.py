@@ -7,6 +7,7 @@ host), so the counts say what it would run: whether `vpmaddubsw`/`vpmaddwd` stay
 LLVM fuses a multiply-add pair into a VNNI `vpdpwssd`/`vpdpbusd` where the CPU has one.
 
     python benchmarks/kernel_asm.py [--cpus host,haswell,icelake-server,sapphirerapids,znver4,alderlake]
+                                    [--types Q4_0,Q8_0,Q4_K,Q5_K,Q6_K]
 
 Prints one table row per (kernel, CPU): the count of each integer multiply-add, sign and
 int-to-float instruction in the kernel's object code, with the widest register each used.
@@ -39,19 +40,21 @@ def count(asm: str) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpus", default=CPUS, help="LLVM CPU names, comma-separated ('host': this one)")
+    p.add_argument("--types", default="Q4_0,Q8_0,Q4_K,Q5_K,Q6_K", help="weight types, comma-separated")
     args = p.parse_args(argv)
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="clover-asm-")  # compile, do not load
     import numpy as np
-    from llvmlite import binding as llb
-
     from clover_runtime.kernels import prepare
     from clover_runtime.kernels.intmatmul import INT_KERNELS
     from clover_runtime.quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, row_bytes
+    from llvmlite import binding as llb
 
     target = llb.Target.from_default_triple()
     print(f"host CPU: {llb.get_host_cpu_name()}", file=sys.stderr)
     print("| kernel | CPU | instructions |\n|---|---|---|")
-    for name, ggml_type in (("Q4_0", Q4_0), ("Q8_0", Q8_0), ("Q4_K", Q4_K), ("Q5_K", Q5_K), ("Q6_K", Q6_K)):
+    types = {"Q4_0": Q4_0, "Q8_0": Q8_0, "Q4_K": Q4_K, "Q5_K": Q5_K, "Q6_K": Q6_K}
+    for name in args.types.split(","):
+        ggml_type = types[name]
         raw = np.zeros(row_bytes(ggml_type, 2048) * 64, np.uint8)
         prepare(raw, ggml_type, 64, 2048, 1).matmul(np.ones((1, 2048), np.float32))  # compiles it
         kernel = INT_KERNELS[ggml_type]

@@ -1,0 +1,31 @@
+"""The integer kernels compile to the integer SIMD instructions RESULTS.md names (x86 AVX2 hosts).
+
+Runs benchmarks/kernel_asm.py in a fresh process (a fresh numba cache: cached code cannot be
+inspected) for two kernel families and reads its table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clover_runtime.kernels.intdot import x86_avx2
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernel_asm.py"
+
+
+@pytest.mark.skipif(not x86_avx2(), reason="the named instructions are x86 AVX2 ones")
+def test_integer_kernels_use_the_avx2_multiply_adds_on_this_host() -> None:
+    out = subprocess.run([sys.executable, str(SCRIPT), "--cpus", "host,znver4", "--types", "Q8_0,Q4_K"],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    rows = {tuple(cell.strip() for cell in line.split("|")[1:3]): line
+            for line in out.splitlines() if line.startswith("| Q")}
+    host = {kernel: line for (kernel, cpu), line in rows.items() if cpu.startswith("host")}
+    assert set(host) == {"Q8_0", "Q4_K"}
+    for line in host.values():
+        assert "`vpmaddubsw/ymm`" in line and "`vpmaddwd/ymm`" in line and "`vcvtdq2ps/ymm`" in line
+        assert "vpdp" not in line  # this host has no VNNI, so nothing may use it
+    assert "`vpsignb/ymm`" in host["Q8_0"]  # signed weights: the sign trick before vpmaddubsw
+    assert "`vpmaddubsw/ymm`" in rows[("Q4_K", "znver4")]  # the same IR lowered for an AVX-512 CPU
