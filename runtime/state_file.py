@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .engine.state import host_array, write_array
 from .errors import CloverError
 from .prompt_cache import Checkpoint, PromptCache
 
@@ -48,11 +49,11 @@ def save(cache: PromptCache, path: Path, extra: dict[str, Any] | None = None) ->
     arrays: dict[str, np.ndarray] = {"meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)}
     for i in cfg.attention_layers:
         k, v = state.kv(i)
-        arrays[f"k{i}"], arrays[f"v{i}"] = k[:, :n], v[:, :n]
+        arrays[f"k{i}"], arrays[f"v{i}"] = host_array(k[:, :n]), host_array(v[:, :n])
     for tag, snap in [("s", state)] + [(f"c{j}", c.snapshot) for j, c in enumerate(cache.checkpoints)]:
         for i in cfg.gdn_layers:
             ring, s = snap.gdn(i)
-            arrays[f"{tag}_ring{i}"], arrays[f"{tag}_ssm{i}"] = ring, s
+            arrays[f"{tag}_ring{i}"], arrays[f"{tag}_ssm{i}"] = host_array(ring), host_array(s)
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -101,14 +102,16 @@ def load(cache: PromptCache, path: Path) -> dict[str, Any]:
         state = cache.state
         for i in cfg.attention_layers:
             k, v = state.kv(i)
-            k[:, :n], v[:, :n] = data[f"k{i}"], data[f"v{i}"]
+            write_array(k, (slice(None), slice(0, n)), data[f"k{i}"])
+            write_array(v, (slice(None), slice(0, n)), data[f"v{i}"])
         points = [(int(c), f"c{j}") for j, c in enumerate(meta["checkpoints"])] + [(n, "s")]
         for pos, tag in points:
             state.n_past = pos
             state.prepare_write()  # a checkpoint taken below shares these arrays: write into copies
             for i in cfg.gdn_layers:
                 ring, s = state.gdn(i)
-                ring[...], s[...] = data[f"{tag}_ring{i}"], data[f"{tag}_ssm{i}"]
+                write_array(ring, ..., data[f"{tag}_ring{i}"])
+                write_array(s, ..., data[f"{tag}_ssm{i}"])
             if tag != "s":
                 cache.checkpoints.append(Checkpoint(pos, state.copy()))
         cache.tokens = [int(t) for t in meta["tokens"]]

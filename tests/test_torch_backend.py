@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 from clover_runtime.engine import load_model  # noqa: E402
 from clover_runtime.offload import OffloadRequest, is_routed_expert, layer_of  # noqa: E402
@@ -38,9 +38,28 @@ def _compare(path, request: OffloadRequest) -> object:  # noqa: ANN001
     got, want = dev.preview(block, s_dev), ref.preview(block, s_ref)
     assert got.gdn_preview == want.gdn_preview == "clover"
     assert_logits_close(got.logits, want.logits)
+    snap_dev, snap_ref = s_dev.copy(), s_ref.copy()
     assert_logits_close(dev.commit(ids[25:33], s_dev), ref.commit(ids[25:33], s_ref))
     assert_logits_close(dev.forward(ids[33:34], s_dev), ref.forward(ids[33:34], s_ref))
+    dev.restore(s_dev, snap_dev)  # copy on write of device tensors: the snapshot is intact
+    ref.restore(s_ref, snap_ref)
+    other = [ids[26], ids[25], ids[28]]
+    assert_logits_close(dev.commit(other, s_dev), ref.commit(other, s_ref))
+    _state_lives_where_the_layer_runs(dev, s_dev)
     return dev
+
+
+def _state_lives_where_the_layer_runs(dev, state) -> None:  # noqa: ANN001
+    """A layer whose matrices (routed experts aside) are all on the device runs there, and its
+    K/V cache or GDN state are torch tensors; the other layers keep numpy arrays."""
+    group = dev.weights.device_group
+    for i in range(dev.config.n_layer):
+        mats = [n for n in dev.file.tensors if layer_of(n) == i and len(dev.file.tensors[n].shape) in (2, 3)
+                and not is_routed_expert(n)]
+        on_device = all(n in group for n in mats)
+        arrays = state.kv(i) if dev.config.layer_is_attention[i] else state.gdn(i)
+        assert all(isinstance(a, torch.Tensor) == on_device for a in arrays), i
+        assert (dev.device_layers is not None and dev.device_layers.runs(i)) == on_device, i
 
 
 @pytest.mark.parametrize("quant", QUANTS)
@@ -75,3 +94,27 @@ def test_routed_experts_kept_on_the_cpu(request_: OffloadRequest) -> None:
             assert (name in group) == (layer >= first_on_device), name
     assert any(n.endswith("ffn_gate_inp.weight") for n in group.matrices), "the router runs on the device"
     assert any(n.endswith("ffn_up_shexp.weight") for n in group.matrices), "so does the shared expert"
+
+
+def test_prompt_cache_checkpoints_and_saved_states_with_layers_on_the_device(tmp_path) -> None:  # noqa: ANN001
+    """Checkpoints (snapshots of device tensors), a restore and a saved state file written from
+    device tensors and read back into them all continue exactly like a cold numpy prefill."""
+    from clover_runtime import state_file
+    from clover_runtime.prompt_cache import PromptCache
+
+    path = _model("Q8_0")
+    ref = load_model(path, backend="numpy")
+    dev = load_model(path, backend="numpy", offload=OffloadRequest(n_gpu_layers=2, device="cpu"))
+    seq = token_ids(100, ref.config.n_tokens - 64, seed=5)
+    cache = PromptCache(dev, 256, checkpoint_every=30, boundary_id=None)
+    cache.prepare(seq)
+    saved = tmp_path / "dev.state"
+    state_file.save(cache, saved)
+    other = PromptCache(dev, 256, checkpoint_every=30, boundary_id=None)
+    state_file.load(other, saved)
+    _state_lives_where_the_layer_runs(dev, other.state)
+    branch = seq[:70] + token_ids(12, ref.config.n_tokens - 64, seed=6)
+    assert other.prepare(branch).cached == 60  # back to a restored checkpoint, then prefilled
+    got = dev.forward(branch[-1:], other.state)
+    want = ref.forward(branch)[-1:]
+    assert_logits_close(got, want)

@@ -47,6 +47,13 @@ class Model:
         self._head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
         self.has_clover_tensors = bool(config.gdn_layers) and all(
             gdn.has_clover_tensors(weights, i) for i in config.gdn_layers)
+        # layers (and the head) whose maths and state live on a torch device (`-ngl`), or None
+        self.device_layers: Any = None
+        if weights.device_group is not None:
+            from ..torch_backend.layers import DeviceLayers  # torch: only once a device is in use
+
+            layers = DeviceLayers(weights, config, weights.device_group)
+            self.device_layers = layers if layers.layers or layers.head_here else None
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -74,7 +81,10 @@ class Model:
         attn = {i: kv for i in cfg.attention_layers}
         ring = (max(cfg.ssm_conv_kernel - 1, 0), cfg.ssm_conv_dim)
         s = (cfg.ssm_v_heads, cfg.ssm_state, cfg.ssm_v_dim)
-        return SequenceState.empty(n_ctx, attn, {i: (ring, s) for i in cfg.gdn_layers})
+        state = SequenceState.empty(n_ctx, attn, {i: (ring, s) for i in cfg.gdn_layers})
+        if self.device_layers is not None:
+            self.device_layers.adopt(state)
+        return state
 
     def restore(self, state: SequenceState, snapshot: SequenceState) -> None:
         """Return `state` to a snapshot taken with `state.copy()`; the snapshot stays reusable."""
@@ -142,7 +152,13 @@ class Model:
         self.weights.enter()
         x = self._embed(ids)
         used: list[int] = []
+        dev = self.device_layers
         for i in range(cfg.n_layer):
+            if dev is not None and dev.runs(i):
+                x, experts = dev.preview_layer(i, dev.put(x), state, mode, expert_coreset)
+                used.append(len(experts))
+                continue
+            x = self._host(x)
             h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
             if cfg.layer_is_attention[i]:
                 x = x + attention.preview(self.weights, cfg, i, h, state)
@@ -184,7 +200,15 @@ class Model:
         out, experts = moe(self.weights, self.config, i, h, coreset)
         return x + out, experts
 
-    def _causal_layer(self, i: int, x: np.ndarray, state: SequenceState) -> np.ndarray:
+    def _host(self, x: Any) -> np.ndarray:
+        """Rows on the host (they come back from a device layer as a torch tensor)."""
+        return x if isinstance(x, np.ndarray) else self.device_layers.host(x)
+
+    def _causal_layer(self, i: int, x: Any, state: SequenceState) -> Any:
+        dev = self.device_layers
+        if dev is not None and dev.runs(i):
+            return dev.causal_layer(i, dev.put(x), state)
+        x = self._host(x)
         cfg = self.config
         h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
         if cfg.layer_is_attention[i]:
@@ -193,8 +217,11 @@ class Model:
             x = x + gdn.causal(self.weights, cfg, i, h, state)
         return self._moe(i, x, None)[0]
 
-    def _logits(self, x: np.ndarray) -> np.ndarray:
-        h = rms_norm(x, self._vec("output_norm.weight"), self.config.rms_eps)
+    def _logits(self, x: Any) -> np.ndarray:
+        dev = self.device_layers
+        if dev is not None and dev.head_here:
+            return dev.logits(dev.put(x))
+        h = rms_norm(self._host(x), self._vec("output_norm.weight"), self.config.rms_eps)
         logits = self.weights.matmul(self._head, h)
         real = self.config.n_tokens
         if 0 < real < logits.shape[1]:

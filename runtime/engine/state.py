@@ -16,12 +16,35 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from ..errors import ContextLengthError
 
 _ids = itertools.count()
+
+
+def host_array(a: Any) -> np.ndarray:
+    """A state array as numpy: layers on a torch device (`-ngl`) keep torch tensors here."""
+    return a if isinstance(a, np.ndarray) else a.detach().cpu().numpy()
+
+
+def write_array(dst: Any, index: Any, src: np.ndarray) -> None:
+    """dst[index] = src for a numpy array or a device tensor (same dtype and device as dst)."""
+    if isinstance(dst, np.ndarray):
+        dst[index] = src
+    else:
+        dst[index] = dst.new_tensor(np.asarray(src))
+
+
+def _zeros_like(a: Any) -> Any:
+    return np.zeros_like(a) if isinstance(a, np.ndarray) else a.new_zeros(a.shape)
+
+
+def _copy(a: Any) -> Any:
+    return a.copy() if isinstance(a, np.ndarray) else a.clone()
 
 
 class _Shared:
@@ -43,6 +66,7 @@ class SequenceState:
 
     Arrays per attention layer: K (kv_heads, n_ctx, head_dim), V (kv_heads, n_ctx, v_dim).
     Per GDN layer: conv ring (kernel - 1, conv_dim) and S (v_heads, k_dim, v_dim), float32.
+    A layer that runs on a torch device (`-ngl`) holds torch tensors of the same shapes.
     """
 
     def __init__(self, n_ctx: int, kv: _Shared, gdn: _Shared, n_past: int = 0) -> None:
@@ -65,6 +89,13 @@ class SequenceState:
         state = cls(n_ctx, kv, g)
         kv.owner = weakref.ref(state)
         return state
+
+    def relocate(self, layers: Iterable[int], move: Callable[[np.ndarray], Any]) -> None:
+        """Replace the arrays of `layers` with `move(array)` (a fresh state's layers going to a
+        torch device); states sharing them see the moved arrays too."""
+        for shared in (self._kv, self._gdn):
+            for i in set(layers) & set(shared.arrays):
+                shared.arrays[i] = tuple(move(a) for a in shared.arrays[i])
 
     @property
     def remaining(self) -> int:
@@ -113,14 +144,14 @@ class SequenceState:
         if self._gdn.others(self):
             old = self._gdn
             old.users.discard(self)
-            self._gdn = _Shared({i: (r.copy(), s.copy()) for i, (r, s) in old.arrays.items()})
+            self._gdn = _Shared({i: (_copy(r), _copy(s)) for i, (r, s) in old.arrays.items()})
             self._gdn.users.add(self)
 
     def _clone_kv(self, rows: int) -> _Shared:
         old = self._kv
         arrays = {}
         for i, (k, v) in old.arrays.items():
-            k2, v2 = np.zeros_like(k), np.zeros_like(v)
+            k2, v2 = _zeros_like(k), _zeros_like(v)
             k2[:, :rows] = k[:, :rows]
             v2[:, :rows] = v[:, :rows]
             arrays[i] = (k2, v2)
