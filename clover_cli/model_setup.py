@@ -59,7 +59,8 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         raise CloverError(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
     checkpoints = memory_fit.DEFAULT_CTX_CHECKPOINTS if ctx_checkpoints is None else ctx_checkpoints
     estimate = memory_fit.estimate(cfg, weight_bytes, n_ctx, parallel, ctx_checkpoints=checkpoints)
-    verdict = memory_fit.assess(estimate, system, tensors=tensors, n_layer=cfg.n_layer)
+    verdict = memory_fit.assess(estimate, system, tensors=tensors, n_layer=cfg.n_layer,
+                                layer_state=memory_fit.layer_state_bytes(cfg, estimate))
     if verdict.verdict == "does not fit":
         from .fit_table import print_fit_table
 

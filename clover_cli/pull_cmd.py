@@ -32,7 +32,8 @@ def _check_fit(p: Any, *, ctx_size: int | None, force: bool, token: str | None) 
     system = memory_fit.probe_system()
     n_ctx = min(memory_fit.context_for(ctx_size, cfg, model.tensor_bytes, system=system), cfg.context_length)
     estimate = memory_fit.estimate(cfg, model.tensor_bytes, n_ctx)
-    verdict = memory_fit.assess(estimate, system, tensors=model.tensors, n_layer=cfg.n_layer)
+    verdict = memory_fit.assess(estimate, system, tensors=model.tensors, n_layer=cfg.n_layer,
+                                layer_state=memory_fit.layer_state_bytes(cfg, estimate))
     console.info(f"memory fit at -c {n_ctx} (from the header, {model.bytes_read:,} bytes read): {verdict.message}")
     if verdict.verdict == memory_fit.NO_FIT:
         from .fit_table import print_fit_table

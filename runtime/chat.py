@@ -271,6 +271,8 @@ def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_
     `offload` puts weight groups on a GPU (`-ngl`, `--cpu-moe`)."""
     from .engine import load_model
 
+    if offload is not None and n_ctx and not offload.n_ctx:  # -ngl auto leaves room for this context
+        offload = replace(offload, n_ctx=int(n_ctx))
     model = load_model(model_ref, n_threads=n_threads, backend=backend, exact_kernels=exact_kernels,
                        offload=offload)
     meta = model.file.metadata

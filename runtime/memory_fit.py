@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .model_config import ModelConfig
-from .offload import DEVICE_RESERVE, fit_experts, fit_layers
+from .offload import DEVICE_RESERVE, Placement, fit_experts, fit_layers
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -138,6 +138,16 @@ def gdn_state_bytes(cfg: ModelConfig) -> int:
     return cfg.n_gdn_layers * (state + ring)
 
 
+def layer_state_bytes(cfg: ModelConfig, est: MemoryEstimate) -> dict[int, int]:
+    """Each layer's share of `est`'s sequence state: an attention layer's K/V cache for n_ctx tokens,
+    a GDN layer's state and conv ring with the prompt cache's snapshots of them, times the parallel
+    sequences. A layer offloaded with `-ngl` keeps this on the GPU."""
+    per_token = kv_bytes_per_token(cfg, est.cache_type) // max(1, cfg.n_attention_layers)
+    gdn = gdn_state_bytes(cfg) // max(1, cfg.n_gdn_layers) * (1 + est.ctx_checkpoints)
+    return {i: (per_token * est.n_ctx if cfg.layer_is_attention[i] else gdn) * est.n_parallel
+            for i in range(cfg.n_layer)}
+
+
 def _activation_bytes(cfg: ModelConfig, rows: int, kv_len: int) -> int:
     """f32 activations alive while one layer processes `rows` tokens against `kv_len` cached ones."""
     h = cfg.n_embd
@@ -233,27 +243,35 @@ def size_text(n: float) -> str:
     return f"{int(n)} bytes"
 
 
-def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int) -> str:
+def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int,
+             layer_state: Mapping[int, int] | None = None, n_ctx: int | None = None) -> str:
     """What fits one GPU, in llama.cpp's flags: `-ngl 99`, else `-ngl 99 --n-cpu-moe N` (the fewest
-    layers' routed experts in RAM), else `-ngl N`. Only weights count against the GPU: clover keeps
-    the KV cache and the recurrent state in system memory. `tensors` maps names to TensorInfo-like
-    objects (`shape`, `n_bytes`)."""
+    layers' routed experts in RAM), else `-ngl N`. An offloaded layer's K/V cache and recurrent
+    state live on the GPU with it, so `layer_state` (`layer_state_bytes`, for the context `n_ctx`)
+    counts there too. `tensors` maps names to TensorInfo-like objects (`shape`, `n_bytes`)."""
     head = f"GPU {index} {gpu.name}: {size_text(gpu.free)} free of {size_text(gpu.total)}"
-    split = fit_experts(tensors, n_layer, gpu.free)
+    at = f" at -c {n_ctx}" if n_ctx else ""
+
+    def on_gpu(p: Placement) -> str:
+        state = f" + {size_text(p.state_bytes)} of cache and state" if p.state_bytes else ""
+        return f"{size_text(p.device_bytes)} of weights{state} on the GPU"
+
+    split = fit_experts(tensors, n_layer, gpu.free, layer_state=layer_state)
     if split is not None and split.n_cpu_moe == 0:
-        return f"{head}; -ngl 99 fits ({size_text(split.device_bytes)} of weights on the GPU)"
+        return f"{head}; -ngl 99 fits{at} ({on_gpu(split)})"
     if split is not None:
         flag = "--cpu-moe" if split.n_cpu_moe >= n_layer else f"--n-cpu-moe {split.n_cpu_moe}"
-        return (f"{head}; -ngl 99 {flag} fits ({size_text(split.device_bytes)} on the GPU, "
+        return (f"{head}; -ngl 99 {flag} fits{at} ({on_gpu(split)}, "
                 f"{size_text(split.host_bytes)} of weights in RAM)")
-    part = fit_layers(tensors, n_layer, gpu.free)
+    part = fit_layers(tensors, n_layer, gpu.free, layer_state=layer_state)
     if part.any:
-        return f"{head}; -ngl {part.n_gpu_layers} fits ({size_text(part.device_bytes)} on the GPU)"
+        return f"{head}; -ngl {part.n_gpu_layers} fits{at} ({on_gpu(part)})"
     return f"{head}; too small for any layer of this model"
 
 
 def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN,
-           tensors: Mapping[str, Any] | None = None, n_layer: int = 0) -> FitVerdict:
+           tensors: Mapping[str, Any] | None = None, n_layer: int = 0,
+           layer_state: Mapping[int, int] | None = None) -> FitVerdict:
     """Compare an estimate with available RAM: resident, paging weights through mmap, or not at all.
 
     Every message names the margin kept free, so "needs 22.3 GiB + 1.0 GiB margin" next to "22.4 GiB
@@ -281,7 +299,7 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
     notes = []
     for i, g in enumerate(system.gpus):
         if tensors is not None and n_layer > 0:
-            notes.append(gpu_note(i, g, tensors, n_layer))
+            notes.append(gpu_note(i, g, tensors, n_layer, layer_state, est.n_ctx))
         else:
             ok = est.weights + DEVICE_RESERVE <= g.free
             notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; every weight "
@@ -388,7 +406,7 @@ def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int 
     with `tensors` (name -> info with shape and n_bytes) each GPU's note says what -ngl fits it."""
     system = system if system is not None else probe_system()
     est = estimate(cfg, weight_bytes, n_ctx, n_parallel, cache_type, ubatch)
-    verdict = assess(est, system, margin, tensors, cfg.n_layer)
+    verdict = assess(est, system, margin, tensors, cfg.n_layer, layer_state_bytes(cfg, est))
     rows = []
     for c in table_contexts(cfg.context_length, n_ctx):
         e = est if c == n_ctx else estimate(cfg, weight_bytes, c, n_parallel, cache_type, ubatch)

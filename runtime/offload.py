@@ -40,10 +40,16 @@ class Placement:
     device_bytes: int
     host_bytes: int
     n_cpu_moe: int = 0  # layers (from the first) whose routed experts stay on the CPU
+    state_bytes: int = 0  # the device layers' K/V caches and recurrent states (they live there too)
 
     @property
     def any(self) -> bool:
         return bool(self.device_tensors)
+
+    @property
+    def device_total(self) -> int:
+        """Device memory the placement needs: weights plus the device layers' sequence state."""
+        return self.device_bytes + self.state_bytes
 
 
 def layer_of(name: str) -> int | None:
@@ -71,8 +77,10 @@ def on_device(name: str, n_layer: int, n_gpu_layers: int, cpu_moe: bool, n_cpu_m
 
 
 def place(tensors: Mapping[str, SizedTensor], n_layer: int, n_gpu_layers: int, cpu_moe: bool = False,
-          n_cpu_moe: int = 0) -> Placement:
-    """The placement for a fixed `-ngl` (0: nothing on the device)."""
+          n_cpu_moe: int = 0, layer_state: Mapping[int, int] | None = None) -> Placement:
+    """The placement for a fixed `-ngl` (0: nothing on the device). `layer_state` gives each layer's
+    sequence-state bytes (K/V cache or GDN state, `memory_fit.layer_state_bytes`), which go to the
+    device with the layer."""
     head = head_tensor(tensors)
     chosen = frozenset(name for name, t in tensors.items() if len(t.shape) in (2, 3)
                        and on_device(name, n_layer, max(0, n_gpu_layers), cpu_moe, n_cpu_moe, head))
@@ -80,30 +88,33 @@ def place(tensors: Mapping[str, SizedTensor], n_layer: int, n_gpu_layers: int, c
     # a tied head is also read by rows for the embedding, so its host copy stays mapped
     host = sum(t.n_bytes for n, t in tensors.items() if n not in chosen or n == "token_embd.weight")
     kept = n_layer if cpu_moe else min(max(0, n_cpu_moe), n_layer)
-    return Placement(max(0, min(n_gpu_layers, n_layer + 1)), chosen, device, host, kept)
+    first = n_layer - max(0, n_gpu_layers)
+    state = sum(b for i, b in (layer_state or {}).items() if i >= first)
+    return Placement(max(0, min(n_gpu_layers, n_layer + 1)), chosen, device, host, kept, state)
 
 
 def fit_layers(tensors: Mapping[str, SizedTensor], n_layer: int, device_free: int, cpu_moe: bool = False,
-               n_cpu_moe: int = 0, reserve: int = DEVICE_RESERVE) -> Placement:
+               n_cpu_moe: int = 0, reserve: int = DEVICE_RESERVE,
+               layer_state: Mapping[int, int] | None = None) -> Placement:
     """`-ngl auto`: the most layers (then the head) whose device bytes fit `device_free - reserve`."""
     budget = device_free - reserve
     best = place(tensors, n_layer, 0)
     for n in range(1, n_layer + 2):
-        p = place(tensors, n_layer, n, cpu_moe, n_cpu_moe)
-        if p.device_bytes > budget:
+        p = place(tensors, n_layer, n, cpu_moe, n_cpu_moe, layer_state)
+        if p.device_total > budget:
             break
         best = p
     return best
 
 
 def fit_experts(tensors: Mapping[str, SizedTensor], n_layer: int, device_free: int,
-                reserve: int = DEVICE_RESERVE) -> Placement | None:
+                reserve: int = DEVICE_RESERVE, layer_state: Mapping[int, int] | None = None) -> Placement | None:
     """Every layer on the device with the fewest layers' routed experts kept on the CPU
     (`-ngl 99 --n-cpu-moe N`, the smallest N) that fits; None when not even `--cpu-moe` fits."""
     budget = device_free - reserve
     for n in range(n_layer + 1):
-        p = place(tensors, n_layer, n_layer + 1, n_cpu_moe=n)
-        if p.device_bytes <= budget:
+        p = place(tensors, n_layer, n_layer + 1, n_cpu_moe=n, layer_state=layer_state)
+        if p.device_total <= budget:
             return p
     return None
 
@@ -118,6 +129,7 @@ class OffloadRequest:
     n_cpu_moe: int = 0
     device: str = "auto"
     main_gpu: int = 0
+    n_ctx: int = 0  # the context the sequences will use (0: unknown); `-ngl auto` leaves room for its cache
 
     @property
     def wanted(self) -> bool:

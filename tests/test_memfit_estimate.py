@@ -160,11 +160,43 @@ def test_gpu_notes_in_llama_cpp_flags_for_the_real_layout() -> None:
     assert note(80, 79) == f"GPU 0 Card: 79.0 GiB free of 80.0 GiB; -ngl 99 fits ({on_gpu} of weights on the GPU)"
     sixteen = note(16, 15.5)
     m = re.fullmatch(r"GPU 0 Card: 15\.5 GiB free of 16\.0 GiB; -ngl 99 --n-cpu-moe (\d+) fits "
-                     r"\(([\d.]+) GiB on the GPU, ([\d.]+) GiB of weights in RAM\)", sixteen)
+                     r"\(([\d.]+) GiB of weights on the GPU, ([\d.]+) GiB of weights in RAM\)", sixteen)
     assert m, sixteen
     assert 0 < int(m[1]) < 40 and float(m[2]) <= 15.0
     assert "-ngl 99 --cpu-moe fits" in note(2, 1.9)
     assert note(1, 0.6).endswith("too small for any layer of this model")
+
+
+def test_offloaded_layers_bring_their_cache_and_state_to_the_gpu(real) -> None:
+    """At -c 16384 the 16 GB card also holds the K/V caches and GDN states (with the prompt
+    cache's snapshots) of the layers it runs, so it keeps more layers' experts in RAM than the
+    weights alone would say, and a long context can push a layer off an exactly-sized card."""
+    from clover_runtime.memory_fit import layer_state_bytes
+    from clover_runtime.offload import fit_experts, place
+    from clover_runtime.synth.writer import plan_model
+
+    cfg, weights = real
+    tensors = {p.name: p for p in plan_model(SynthSpec.real_shape())}
+    est = estimate(cfg, weights, 16384)
+    state = layer_state_bytes(cfg, est)
+    assert sum(state.values()) == est.kv_cache + est.gdn_state + est.checkpoints
+    assert state[3] == kv_bytes_per_token(cfg) // cfg.n_attention_layers * 16384  # an attention layer
+    free = 16 * GiB
+    bare, full = fit_experts(tensors, 40, free), fit_experts(tensors, 40, free, layer_state=state)
+    assert bare is not None and full is not None
+    assert full.state_bytes == sum(state.values()) and full.device_total <= free - (512 << 20)
+    assert full.n_cpu_moe >= bare.n_cpu_moe
+    tight = place(tensors, 40, 99, n_cpu_moe=bare.n_cpu_moe)
+    card = GpuMemory("Card", free, tight.device_bytes + (512 << 20))  # room for the weights only
+    note = gpu_note(0, card, tensors, 40, state, 16384)
+    assert f"--n-cpu-moe {bare.n_cpu_moe} " not in note and " at -c 16384 " in note, note
+    assert "of cache and state on the GPU" in note
+    from clover_runtime.offload import fit_layers
+
+    layers = fit_layers(tensors, 40, free, layer_state=state)
+    assert layers.state_bytes == sum(b for i, b in state.items() if i >= 40 - layers.n_gpu_layers)
+    assert layers.device_total <= free - (512 << 20) < place(tensors, 40, layers.n_gpu_layers + 1,
+                                                             layer_state=state).device_total
 
 
 def test_parse_nvidia_smi():

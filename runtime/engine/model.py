@@ -267,7 +267,7 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
         if offload is not None and offload.wanted:
             from ..torch_backend.group import open_device_group
 
-            group = open_device_group(file, config.n_layer, offload)
+            group = open_device_group(file, config, offload)
         weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group)
     except BaseException:
         file.close()

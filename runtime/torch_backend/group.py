@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import CloverError
 from ..gguf_file import GGUFModelFile
+from ..memory_fit import estimate, layer_state_bytes
+from ..model_config import ModelConfig
 from ..offload import AUTO, OffloadRequest, Placement, fit_layers, place
 from . import require_torch, torch_available
 from .device import DeviceInfo, gpu_likely, resolve_device
@@ -77,18 +79,24 @@ def request_device(request: OffloadRequest) -> DeviceInfo | None:
     return info
 
 
-def open_device_group(file: GGUFModelFile, n_layer: int, request: OffloadRequest) -> DeviceGroup | None:
-    """The device group for `request`, or None when nothing goes to a device."""
+def open_device_group(file: GGUFModelFile, config: ModelConfig, request: OffloadRequest) -> DeviceGroup | None:
+    """The device group for `request`, or None when nothing goes to a device. An offloaded layer's
+    K/V cache and recurrent state live on the device too, so with `request.n_ctx` known, `-ngl
+    auto` leaves room for them."""
     info = request_device(request)
     if info is None:
         return None
+    n_layer = config.n_layer
+    state = None
+    if request.n_ctx > 0:
+        state = layer_state_bytes(config, estimate(config, file.tensor_bytes, request.n_ctx))
     if request.n_gpu_layers == AUTO:
         free = info.free_bytes
         if free is None:  # torch on the CPU or Apple's unified memory: what the system has free
             import psutil
 
             free = psutil.virtual_memory().available
-        placement = fit_layers(file.tensors, n_layer, free, request.cpu_moe, request.n_cpu_moe)
+        placement = fit_layers(file.tensors, n_layer, free, request.cpu_moe, request.n_cpu_moe, layer_state=state)
     else:
-        placement = place(file.tensors, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe)
+        placement = place(file.tensors, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe, state)
     return DeviceGroup(file, placement, info) if placement.any else None
