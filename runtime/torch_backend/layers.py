@@ -4,7 +4,7 @@ When `-ngl` puts a layer on the device, the activations stay there from its norm
 attention layer's K/V cache and the Gated DeltaNet layer's conv ring and recurrent state are
 torch tensors on the device (`SequenceState` holds them like its numpy arrays), so a decode step
 crosses the bus once on the way in (the embedding rows) and once on the way out (the logits), not
-once per product. The formulas are those of `clover_runtime.engine` (clover-model.md §4-5), in
+once per product. The formulas are those of `clover_runtime.engine` (docs/architecture.md), in
 float32; only the weight products run in the device's compute dtype (bf16/fp16 on a GPU).
 
 Routing stays exactly the engine's: the router's probabilities come to the host (n x n_expert
