@@ -33,10 +33,11 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
 
 
 def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,
-            token: str | None = None, ctx_checkpoints: int | None = None) -> PreparedModel:
+            token: str | None = None, ctx_checkpoints: int | None = None, offload: Any = None) -> PreparedModel:
     """Resolve the model, pick the per-sequence context (`memory_fit.context_for`: None the default,
     0 as much as fits) and refuse with the fit table when it does not fit this machine, counting
-    `ctx_checkpoints` prompt-cache checkpoints per sequence (None: the default)."""
+    `ctx_checkpoints` prompt-cache checkpoints per sequence (None: the default). With an `offload`
+    request (`-ngl`), the weights that go to the GPU do not count against RAM."""
     from clover_runtime import memory_fit
     from clover_runtime.decoding import recommended_sampling
     from clover_runtime.errors import CloverError
@@ -52,6 +53,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         sampling = recommended_sampling(model_file.metadata)
         tensors = dict(model_file.tensors)
     system = memory_fit.probe_system()
+    weight_bytes = _weights_in_ram(tensors, cfg.n_layer, weight_bytes, offload, system)
     n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
     if ctx == 0:
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
@@ -72,6 +74,22 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
     return PreparedModel(path, model_id, n_ctx, cfg, verdict, sampling)
+
+
+def _weights_in_ram(tensors: Any, n_layer: int, weight_bytes: int, offload: Any, system: Any) -> int:
+    """The weight bytes that stay in system memory under `offload`: all of them without a GPU
+    request, or on torch's CPU device (its "device" is RAM); else what the placement leaves
+    behind, `-ngl auto` sized by the GPU nvidia-smi reports (the caches go with their layers,
+    but the RAM check keeps counting them: the safe side)."""
+    from clover_runtime.offload import planned_placement
+    from clover_runtime.torch_backend import torch_available
+
+    if offload is None or not offload.wanted or offload.device.strip().lower() == "cpu" or not torch_available():
+        return weight_bytes
+    gpus = system.gpus
+    free = gpus[offload.main_gpu].free if 0 <= offload.main_gpu < len(gpus) else None
+    placement = planned_placement(tensors, n_layer, offload, free)
+    return weight_bytes if placement is None else placement.host_bytes
 
 
 COMPILING = "compiling kernels (first run only)…"

@@ -107,7 +107,7 @@ def command(
         raise CloverError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
     offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
-    prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints)
+    prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints, offload=offload)
     given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
                                ("repetition_penalty", repeat_penalty)) if v is not None}
     sampling = replace(prep.sampling, seed=seed, presence_penalty=presence_penalty,

@@ -214,7 +214,7 @@ def _prepare(opts: ServeOptions) -> Prepared:
     from .model_setup import prepare
 
     prep = prepare(opts.model, ctx=opts.ctx, parallel=opts.parallel, offline=opts.offline,
-                   ctx_checkpoints=opts.ctx_checkpoints)
+                   ctx_checkpoints=opts.ctx_checkpoints, offload=opts.offload)
     return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
                     per_seq=prep.n_ctx, model_ctx=prep.config.context_length)
 

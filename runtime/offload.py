@@ -142,6 +142,19 @@ class OffloadRequest:
         return self.n_gpu_layers > 0 or self.device != "auto"
 
 
+def planned_placement(tensors: Mapping[str, SizedTensor], n_layer: int, request: OffloadRequest,
+                      device_free: int | None) -> Placement | None:
+    """The placement `request` will get, for the memory check before loading (no torch needed):
+    a fixed `-ngl` as asked, `-ngl auto` by `device_free` (None: no GPU seen, so nothing moves)."""
+    if not request.wanted:
+        return None
+    if request.n_gpu_layers == AUTO:
+        if device_free is None:
+            return None
+        return fit_layers(tensors, n_layer, device_free, request.cpu_moe, request.n_cpu_moe)
+    return place(tensors, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe)
+
+
 def parse_gpu_layers(value: str | int | None) -> int:
     """`-ngl` as llama.cpp takes it: a count, "auto", or "all" (every layer and the head)."""
     if value is None:

@@ -83,3 +83,16 @@ def test_ngl_values(text, value) -> None:  # noqa: ANN001
 def test_ngl_rejects_words() -> None:
     with pytest.raises(ValueError, match="-ngl takes a layer count, auto or all, not 'lots'"):
         parse_gpu_layers("lots")
+
+
+def test_planned_placement_for_the_ram_check(sizes) -> None:
+    """What the check before loading counts in RAM: the weights a placement leaves behind."""
+    from clover_runtime.offload import OffloadRequest, planned_placement
+
+    assert planned_placement(sizes, N_LAYER, OffloadRequest(0), 16 * GIB) is None  # -ngl 0
+    assert planned_placement(sizes, N_LAYER, OffloadRequest(), None) is None  # auto, no GPU seen
+    auto = planned_placement(sizes, N_LAYER, OffloadRequest(), 16 * GIB)
+    assert auto == fit_layers(sizes, N_LAYER, 16 * GIB)
+    experts = planned_placement(sizes, N_LAYER, OffloadRequest(99, cpu_moe=True), None)
+    assert experts == place(sizes, N_LAYER, 99, cpu_moe=True)
+    assert experts.host_bytes < sum(t.n_bytes for t in sizes.values()) - GIB  # 1.3+ GiB leaves RAM
