@@ -53,6 +53,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         sampling = recommended_sampling(model_file.metadata)
         tensors = dict(model_file.tensors)
     system = memory_fit.probe_system()
+    tensors_bytes = weight_bytes
     weight_bytes = _weights_in_ram(tensors, cfg.n_layer, weight_bytes, offload, system)
     n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
     if ctx == 0:
@@ -70,6 +71,9 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         raise CloverError(verdict.message, verdict.hint or "lower -c, or use a smaller quant")
     if verdict.verdict == "fits with paging":
         console.warn(f"{verdict.message} (expect slow generation)")
+    if offload is not None and offload.wanted and weight_bytes < tensors_bytes:
+        for note in verdict.gpu_notes:  # the per-GPU fit, in -ngl terms, where a GPU takes weights
+            console.info(f"gpu: {note}")
     from clover_runtime.hub import DEFAULT_MODEL
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)

@@ -127,3 +127,27 @@ def test_a_detached_server_gets_the_same_gpu_flags(request_: dict) -> None:
     res = CliRunner().invoke(app, _offload_args(wanted), env={})
     assert res.exit_code == 0, res.output
     assert seen == [wanted]
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in nvidia-smi is a POSIX script")
+@pytest.mark.skipif(not _torch_importable(), reason="the GPU path needs torch")
+def test_the_check_before_loading_counts_ram_without_the_gpus_weights(model: str, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    """A 16 GB card as nvidia-smi reports it (a stand-in script on PATH): with -ngl 99 the RAM
+    check counts only the weights left in system memory, and the per-GPU fit is printed."""
+    from clover_runtime.offload import OffloadRequest
+
+    from clover_cli.model_setup import prepare
+
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'Fake Card, 16384, 15872'\n", encoding="utf-8")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    plain = prepare(model, ctx=512)
+    capsys.readouterr()
+    offloaded = prepare(model, ctx=512, offload=OffloadRequest(99))
+    err = capsys.readouterr().err
+    assert "gpu: GPU 0 Fake Card: 15.5 GiB free of 16.0 GiB; -ngl 99 fits at -c 512 (" in err, err
+    assert offloaded.verdict.needed < plain.verdict.needed  # the offloaded weights left the RAM sum
