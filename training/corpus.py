@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import random
-import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -158,30 +157,10 @@ def weather_report(city: str, seed: int) -> dict[str, Any]:
 
 
 def invented_city(rng: random.Random) -> str:
-    """A made-up place name, 2-3 syllables or 4-9 random letters, containing no real city of the
-    list: weather questions about thousands of different names teach the model to copy the city
-    from the question instead of memorising a list of cities, and random letters break into the
-    same short BPE pieces an unseen real name does."""
-    while True:
-        if rng.random() < 0.5:
-            name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
-        else:
-            name = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 9)))
-        name = name[:1].upper() + name[1:]
-        if not any(city in name for city in CITIES):
-            return name
-
-
-REAL_PER_REPEAT = 10  # real training cities per corpus repeat (each of the 40 recurs every 4 repeats)
-INVENTED_PER_REPEAT = 70  # invented names per repeat: copying must pay more than remembering
-
-
-def _weather_cities(real: list[str], repeat: int, rng: random.Random) -> list[str]:
-    """The cities of one repeat's weather dialogues: a rotating slice of the real training cities
-    and mostly invented names (the first runs used as many real as invented names, and the model
-    answered every held-out city with one memorised real one)."""
-    start = repeat * REAL_PER_REPEAT % len(real)
-    return real[start:start + REAL_PER_REPEAT] + [invented_city(rng) for _ in range(INVENTED_PER_REPEAT)]
+    """A made-up place name (2-3 syllables): weather questions about thousands of different names
+    teach the model to copy the city from the question instead of memorising a list of cities."""
+    name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+    return name[:1].upper() + name[1:]
 
 
 def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
@@ -257,12 +236,13 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     cities = list(CITIES)
     random.Random(f"{seed}:cities").shuffle(cities)  # the held-out cities depend on the seed alone
     corpus.held_out_cities = sorted(cities[:10])
-    for r in range(repeats):
+    for _ in range(repeats):
         for questions, answer in FACTS:
             corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng.random() < 0.5))
         corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None,
                                      rng.random() < 0.5))
-        for city in _weather_cities(cities[10:], r, rng):
+        invented = [invented_city(rng) for _ in range(len(cities) - 10)]
+        for city in cities[10:] + [c for c in invented if c not in CITIES]:
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
             corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng.random() < 0.5))
         for _ in range(5):
