@@ -220,9 +220,10 @@ class Model:
     def _logits(self, x: Any) -> np.ndarray:
         dev = self.device_layers
         if dev is not None and dev.head_here:
-            return dev.logits(dev.put(x))
-        h = rms_norm(self._host(x), self._vec("output_norm.weight"), self.config.rms_eps)
-        logits = self.weights.matmul(self._head, h)
+            logits = dev.logits(dev.put(x))
+        else:
+            h = rms_norm(self._host(x), self._vec("output_norm.weight"), self.config.rms_eps)
+            logits = self.weights.matmul(self._head, h)
         real = self.config.n_tokens
         if 0 < real < logits.shape[1]:
             logits[:, real:] = -np.inf

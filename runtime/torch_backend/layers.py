@@ -22,7 +22,7 @@ import torch
 
 from ..engine import moe as host_moe
 from ..engine.attention import rope_tables
-from ..engine.gdn import CHUNK, RECURRENT_MAX_ROWS, has_clover_tensors
+from ..engine.gdn import CHUNK, RECURRENT_MAX_ROWS
 from ..engine.moe import Routing
 from ..engine.state import SequenceState
 from ..engine.weights import Weights
@@ -119,13 +119,9 @@ class DeviceLayers:
         return self.moe_block(i, x, coreset)
 
     def logits(self, x: torch.Tensor) -> np.ndarray:
-        """The LM head on the device; float32 logits on the host, padded ids at -inf."""
+        """The LM head on the device; float32 logits on the host."""
         h = rms_norm(x, self._vec("output_norm.weight"), self.cfg.rms_eps)
-        out = self.host(self._mm(self.head, h))
-        real = self.cfg.n_tokens
-        if 0 < real < out.shape[1]:
-            out[:, real:] = -np.inf
-        return out
+        return self.host(self._mm(self.head, h))
 
     # -- attention ------------------------------------------------------------------------------
     def _attention(self, i: int, h: torch.Tensor, state: SequenceState, write: bool) -> torch.Tensor:
@@ -195,8 +191,6 @@ class DeviceLayers:
 
     def _gdn_clover(self, i: int, h: torch.Tensor, state: SequenceState) -> torch.Tensor:
         """The preview operator of `engine.gdn.clover_mix` (our reading of the vendor's)."""
-        if not has_clover_tensors(self.w, i):
-            raise ValueError(f"layer {i} lacks the Clover-only tensors")
         p, n = f"blk.{i}.", h.shape[0]
         u, z, _, _ = self._gdn_inputs(i, h)
         ring, s = state.gdn(i)
