@@ -54,7 +54,10 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         tensors = dict(model_file.tensors)
     system = memory_fit.probe_system()
     tensors_bytes = weight_bytes
-    weight_bytes = _weights_in_ram(tensors, cfg.n_layer, weight_bytes, offload, system)
+    if offload is not None:
+        from clover_runtime.offload import weights_in_ram
+
+        weight_bytes = weights_in_ram(tensors, cfg.n_layer, weight_bytes, offload, system.gpus)
     n_ctx = memory_fit.context_for(ctx, cfg, weight_bytes, parallel, system)
     if ctx == 0:
         console.info(f"context: {n_ctx} tokens per sequence (the model allows {cfg.context_length}; set it with -c)")
@@ -78,22 +81,6 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)
     return PreparedModel(path, model_id, n_ctx, cfg, verdict, sampling)
-
-
-def _weights_in_ram(tensors: Any, n_layer: int, weight_bytes: int, offload: Any, system: Any) -> int:
-    """The weight bytes that stay in system memory under `offload`: all of them without a GPU
-    request, or on torch's CPU device (its "device" is RAM); else what the placement leaves
-    behind, `-ngl auto` sized by the GPU nvidia-smi reports (the caches go with their layers,
-    but the RAM check keeps counting them: the safe side)."""
-    from clover_runtime.offload import planned_placement
-    from clover_runtime.torch_backend import torch_available
-
-    if offload is None or not offload.wanted or offload.device.strip().lower() == "cpu" or not torch_available():
-        return weight_bytes
-    gpus = system.gpus
-    free = gpus[offload.main_gpu].free if 0 <= offload.main_gpu < len(gpus) else None
-    placement = planned_placement(tensors, n_layer, offload, free)
-    return weight_bytes if placement is None else placement.host_bytes
 
 
 COMPILING = "compiling kernels (first run only)…"

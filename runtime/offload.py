@@ -12,9 +12,9 @@ device. Only weight matrices move; norms and other small tensors stay with the h
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 AUTO = -1  # n_gpu_layers: as many as fit
@@ -153,6 +153,22 @@ def planned_placement(tensors: Mapping[str, SizedTensor], n_layer: int, request:
             return None
         return fit_layers(tensors, n_layer, device_free, request.cpu_moe, request.n_cpu_moe)
     return place(tensors, n_layer, request.n_gpu_layers, request.cpu_moe, request.n_cpu_moe)
+
+
+def weights_in_ram(tensors: Mapping[str, SizedTensor], n_layer: int, weight_bytes: int, request: OffloadRequest,
+                   gpus: Sequence[Any]) -> int:
+    """The weight bytes that stay in system memory under `request`, for the RAM check before
+    loading: all of them without a GPU request, without torch, or on torch's CPU device (its
+    "device" is RAM); else what the placement leaves behind, `-ngl auto` sized by the free memory
+    of `gpus` (`memory_fit.GpuMemory`, from nvidia-smi). The caches go with their layers, but the
+    RAM check keeps counting them: the safe side."""
+    from .torch_backend import torch_available  # finds the module without importing torch
+
+    if not request.wanted or request.device.strip().lower() == "cpu" or not torch_available():
+        return weight_bytes
+    free = gpus[request.main_gpu].free if 0 <= request.main_gpu < len(gpus) else None
+    placement = planned_placement(tensors, n_layer, request, free)
+    return weight_bytes if placement is None else placement.host_bytes
 
 
 def parse_gpu_layers(value: str | int | None) -> int:
