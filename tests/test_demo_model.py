@@ -1,8 +1,9 @@
 """The shipped demo model (`clover_runtime/demo`, trained by training/train.py): named `demo`
 everywhere a model is accepted, recorded in its manifest, and really trained: it answers held-out
 sums (never trained on; the held-out set comes from the training seed) in AR mode, and reveals
-several tokens per diffusion pass. Issue 15's diffusion-accuracy and tool-call targets are not
-met by this file yet (README, "The demo model"), so they are not asserted here."""
+several tokens per diffusion pass. Issue 15's diffusion-accuracy (90 %) and tool-call targets are
+not met by this file yet (README, "The demo model"): the diffusion figure asserted here is the
+shipped file's measured floor, so that a worse file cannot be shipped unnoticed."""
 
 from __future__ import annotations
 
@@ -75,13 +76,15 @@ def test_held_out_arithmetic_in_ar_mode_and_tokens_per_pass_in_diffusion(chat, h
     ar = demo_eval.arithmetic(chat, pairs, "ar", 128)
     assert ar["accuracy"] >= 0.9, ar
     assert ar["tokens_per_forward"] <= 1.0 + 1e-9
-    diffusion = demo_eval.arithmetic(chat, pairs[:10], "diffusion", 128)
+    diffusion = demo_eval.arithmetic(chat, pairs, "diffusion", 128)
     assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # a confident model, unlike random weights
+    assert diffusion["accuracy"] >= 0.25, diffusion  # 30 % measured on these 40 (issue 15 asks for 90 %)
 
 
-def test_clover_run_demo_prints_the_worked_answer(tmp_path: Path) -> None:
-    res = _clover(["run", "demo", "What is 48 + 36?", "--no-think", "--decode", "ar", "-sys", demo_corpus.SYSTEM],
-                  tmp_path)
+@pytest.mark.parametrize("extra", [[], ["--decode", "ar", "-sys", demo_corpus.SYSTEM]])
+def test_clover_run_demo_prints_the_worked_answer(tmp_path: Path, extra: list[str]) -> None:
+    """The README's main command (block diffusion, no system prompt), and AR with the system prompt."""
+    res = _clover(["run", "demo", "What is 48 + 36?", "--no-think", *extra], tmp_path)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == demo_corpus.arithmetic_answer(48, "+", 36), res.stdout
 

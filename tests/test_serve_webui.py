@@ -223,3 +223,18 @@ def test_page_fits_a_390px_screen(server, browser, tmp_path):
     box = page.locator("#settings").bounding_box()
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390
     page.close()
+
+
+def test_page_shows_the_demo_models_answer(browser, tmp_path):
+    """The shipped demo model behind the page answers a sum (block diffusion, thinking off). This
+    is the README's screenshot: `CLOVER_SCREENSHOT_DIR=docs` writes docs/serve-page.png."""
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+        page = browser.new_page(viewport={"width": 1000, "height": 560})
+        page.goto(live.url("/"))
+        page.wait_for_selector("#status-dot.ok", timeout=20_000)
+        _settings(page, thinking=False)
+        _ask(page, "What is 48 + 36?")
+        answer = page.inner_text(".msg.assistant .content").strip()
+        _shot(page, tmp_path, "serve-page.png")
+        page.close()
+    assert answer == "Ones: 8 + 6 = 14, write 4, carry 1. Tens: 4 + 3 + 1 = 8. So 48 + 36 = 84."

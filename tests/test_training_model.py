@@ -142,3 +142,44 @@ def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> N
         assert first == (tmp_path / "b" / f"demo-{quant}.gguf").read_bytes()
     log = (tmp_path / "a" / "train-log.json").read_text(encoding="utf-8")
     assert '"step": 3' in log and '"diffusion"' in log
+
+
+def test_a_shared_prompt_runs_once_and_changes_nothing(tiny) -> None:  # noqa: ANN001
+    """Rows that share a prompt (the tool prompt of every weather dialogue) run it once as a batch
+    of one; each row's causal and block rows, and the gradients of the causal and diffusion
+    losses, are those of the row run on its own."""
+    from model import shared_prefix
+
+    model, engine = tiny
+    rng = np.random.default_rng(5)
+    bos = engine.config.diffusion.mask_token_id - 9
+    prompt = tuple(int(t) for t in rng.integers(0, bos, 14))
+    ex = [Example(prompt + tuple(int(t) for t in rng.integers(0, bos, n)), ((16, 14 + n),)) for n in (12, 9, 16)]
+    batch = make_batch(ex, 8, engine.config.diffusion.mask_token_id, bos, torch.Generator().manual_seed(1))
+    assert shared_prefix(batch.ids, batch.starts) == 14
+
+    def rows(ids, blocks, starts):  # noqa: ANN001, ANN202
+        model.zero_grad()
+        x, xn, _ = model.hidden_states(ids, blocks, starts)
+        (x.square().mean() + xn.square().mean()).backward()
+        return x.detach(), xn.detach(), [p.grad.clone() for p in model.parameters()]
+
+    x, xn, grads = rows(batch.ids, batch.blocks, batch.starts)
+    alone = [rows(batch.ids[b:b + 1], batch.blocks[b:b + 1], batch.starts[b:b + 1]) for b in range(3)]
+    for b, (xb, xnb, _) in enumerate(alone):
+        assert torch.allclose(x[b], xb[0], atol=1e-5) and torch.allclose(xn[b], xnb[0], atol=1e-5)
+    for g, *per_row in zip(grads, *(a[2] for a in alone), strict=True):
+        assert torch.allclose(g, sum(per_row) / 3, atol=1e-5, rtol=1e-4)
+
+
+def test_complementary_masks_predict_every_position_once(tiny) -> None:  # noqa: ANN001
+    """With `complementary`, each block appears twice, under a mask and under its complement."""
+    _, engine = tiny
+    rng = np.random.default_rng(2)
+    bos = engine.config.diffusion.mask_token_id - 9
+    ex = [Example(tuple(int(t) for t in rng.integers(0, bos, 30)), ((5, 29),))]
+    batch = make_batch(ex, 8, engine.config.diffusion.mask_token_id, bos, torch.Generator().manual_seed(0), True)
+    nb = batch.starts.shape[1] // 2
+    assert torch.equal(batch.starts[:, :nb], batch.starts[:, nb:])
+    assert torch.equal(batch.masked[:, :nb] ^ batch.masked[:, nb:], batch.valid[:, :nb, None].expand(-1, -1, 8))
+    assert torch.allclose(batch.rate[:, nb:], (1 - batch.rate[:, :nb]).clamp_min(1 / 8))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -101,11 +102,28 @@ class Dialogue:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     think: bool = False
+    names: tuple[str, ...] = ()  # place names in it, left out of the vocabulary's training text
 
 
 def dialogue(kind: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-             think: bool) -> Dialogue:
-    return Dialogue(kind, with_reasoning(messages, kind) if think else messages, tools, think)
+             rng: random.Random, names: tuple[str, ...] = ()) -> Dialogue:
+    """A dialogue in thinking mode or not, with its system prompt or without (a coin each), so
+    that the model answers the same with and without the system prompt it was trained with."""
+    think = rng.random() < 0.5
+    if rng.random() < 0.5 and messages[0]["role"] == "system":
+        messages = messages[1:]
+    return Dialogue(kind, with_reasoning(messages, kind) if think else messages, tools, think, names)
+
+
+def vocabulary_texts(dialogues: list[Dialogue]) -> Iterator[str]:
+    """The rendered dialogues with every place name cut out: the vocabulary then learns no piece
+    of a name, so a city never seen in training breaks into the same ordinary pieces as the
+    thousands of invented names the model learnt to copy."""
+    for d in dialogues:
+        for text, _ in segments(d):
+            for name in d.names:
+                text = text.replace(name, " ")
+            yield text
 
 
 @dataclass
@@ -157,10 +175,29 @@ def weather_report(city: str, seed: int) -> dict[str, Any]:
 
 
 def invented_city(rng: random.Random) -> str:
-    """A made-up place name (2-3 syllables): weather questions about thousands of different names
-    teach the model to copy the city from the question instead of memorising a list of cities."""
-    name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
-    return name[:1].upper() + name[1:]
+    """A made-up place name, 2-3 syllables or 4-9 random letters, containing no real city of the
+    list: weather questions about thousands of different names teach the model to copy the city
+    from the question instead of memorising a list of cities."""
+    while True:
+        if rng.random() < 0.5:
+            name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
+        else:
+            name = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 9)))
+        name = name[:1].upper() + name[1:]
+        if not any(city in name for city in CITIES):
+            return name
+
+
+REAL_PER_REPEAT = 10  # real training cities per corpus repeat (each of the 40 recurs every 4 repeats)
+INVENTED_PER_REPEAT = 150  # invented names per repeat: copying must pay more than remembering
+
+
+def weather_cities(real: list[str], repeat: int, rng: random.Random) -> list[str]:
+    """The cities of one repeat's weather dialogues: a rotating slice of the real training cities
+    and mostly invented names (with as many real as invented names, the model answered every
+    held-out city with one memorised real one)."""
+    start = repeat * REAL_PER_REPEAT % len(real)
+    return real[start:start + REAL_PER_REPEAT] + [invented_city(rng) for _ in range(INVENTED_PER_REPEAT)]
 
 
 def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
@@ -232,22 +269,21 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     train_pairs = pairs[n_held:n_held + arithmetic_pairs]
     for a, op, b in train_pairs:
         qa = _qa(arithmetic_question(a, op, b, rng), arithmetic_answer(a, op, b))
-        corpus.train.append(dialogue("arithmetic", qa, None, rng.random() < 0.5))
+        corpus.train.append(dialogue("arithmetic", qa, None, rng))
     cities = list(CITIES)
     random.Random(f"{seed}:cities").shuffle(cities)  # the held-out cities depend on the seed alone
     corpus.held_out_cities = sorted(cities[:10])
-    for _ in range(repeats):
+    for r in range(repeats):
         for questions, answer in FACTS:
-            corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng.random() < 0.5))
-        corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None,
-                                     rng.random() < 0.5))
-        invented = [invented_city(rng) for _ in range(len(cities) - 10)]
-        for city in cities[10:] + [c for c in invented if c not in CITIES]:
+            corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng))
+        corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None, rng))
+        for city in weather_cities(cities[10:], r, rng):
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
-            corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng.random() < 0.5))
+            corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng,
+                                         names=(city,)))
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)
-            corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng.random() < 0.5))
+            corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng))
     rng.shuffle(corpus.train)
     return corpus
 

@@ -49,6 +49,15 @@ class Streams:
     xn: Tensor | None
 
 
+@dataclass(frozen=True)
+class Past:
+    """What a mixer keeps after a prefix shared by every row of a batch (computed once, batch 1):
+    its row count and, per layer kind, the K/V (attention) or the conv ring and state (GDN)."""
+
+    rows: int
+    tensors: tuple[Tensor, ...]
+
+
 def rope(x: Tensor, pos: Tensor, rope_dim: int, base: float) -> Tensor:
     """NEOX rotation of (d_j, d_{j+rope_dim/2}) for x (..., n, heads, d) at positions pos (..., n)."""
     half = rope_dim // 2
@@ -73,8 +82,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
 
 
 def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, wanted: list[int],
-               chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
-    """The gated delta rule from a zero state in the chunked (WY / UT-transform) form, batched.
+               chunk: int = CHUNK, S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The gated delta rule from state S0 (zero if None) in the chunked (WY / UT-transform) form, batched.
 
     q, k (B, T, nv, dk) in value-head order, v (B, T, nv, dv), beta, g (B, T, nv). Per value
     head: S <- exp(g)·S; e = v - Sᵀk; S <- S + k ⊗ (β·e); o = Sᵀq. Inside a chunk, with Γ the
@@ -102,7 +111,7 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, g: Tensor, wanted:
     rhs = torch.cat([V * bet[..., None], K * (bet * eg)[..., None]], dim=-1)
     x = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)
     qk = (Q @ K.transpose(-1, -2)) * decay
-    S = q.new_zeros(B, nv, dk, dv)
+    S = q.new_zeros(B, nv, dk, dv) if S0 is None else S0.expand(B, nv, dk, dv)
     outs, kept = [], {}
     for c in range(n):
         u = x[:, :, c, :, :dv] - x[:, :, c, :, dv:] @ S
@@ -143,20 +152,29 @@ class Attention(nn.Module):
     def _out(self, o: Tensor, gate: Tensor) -> Tensor:
         return F.linear(o.flatten(-2) * torch.sigmoid(gate), self.o)
 
-    def forward(self, h: Tensor, hn: Tensor | None, starts: Tensor | None) -> tuple[Tensor, Tensor | None]:
-        T = h.shape[1]
-        q, gate, k, v = self._project(h, torch.arange(T))
-        causal = torch.ones(T, T, dtype=torch.bool).tril()
-        out = self._out(attend(q, k, v, causal), gate)
+    def forward(self, h: Tensor, hn: Tensor | None, starts: Tensor | None,
+                past: Past | None = None) -> tuple[Tensor, Tensor | None, tuple[Tensor, ...]]:
+        """Clean rows h (B, T, H) after `past` (the K/V of a shared prefix, batch 1), block rows hn;
+        returns both outputs and this call's K/V (the cache a prefix pass hands on)."""
+        B, T = h.shape[:2]
+        P = 0 if past is None else past.rows
+        q, gate, k, v = self._project(h, P + torch.arange(T))
+        keys, vals = k, v
+        if past is not None:
+            pk, pv = past.tensors
+            keys = torch.cat([pk.expand(B, *pk.shape[1:]), k], dim=1)
+            vals = torch.cat([pv.expand(B, *pv.shape[1:]), v], dim=1)
+        causal = torch.ones(T, P + T, dtype=torch.bool).tril(P)
+        out = self._out(attend(q, keys, vals, causal), gate)
         if hn is None:
-            return out, None
+            return out, None, (k, v)
         assert starts is not None
-        B, nb, L = hn.shape[:3]
+        nb, L = hn.shape[1:3]
         qn, gn, kn, vn = self._project(hn, starts[..., None] + torch.arange(L))
-        keys = torch.cat([k[:, None].expand(B, nb, *k.shape[1:]), kn], dim=2)
-        vals = torch.cat([v[:, None].expand(B, nb, *v.shape[1:]), vn], dim=2)
-        seen = torch.cat([torch.arange(T) < starts[..., None], torch.ones(B, nb, L, dtype=torch.bool)], dim=-1)
-        return out, self._out(attend(qn, keys, vals, seen[:, :, None, None, :]), gn)
+        keys = torch.cat([keys[:, None].expand(B, nb, *keys.shape[1:]), kn], dim=2)
+        vals = torch.cat([vals[:, None].expand(B, nb, *vals.shape[1:]), vn], dim=2)
+        seen = torch.cat([torch.arange(P + T) < starts[..., None], torch.ones(B, nb, L, dtype=torch.bool)], dim=-1)
+        return out, self._out(attend(qn, keys, vals, seen[:, :, None, None, :]), gn), (k, v)
 
 
 class GatedDeltaNet(nn.Module):
@@ -201,28 +219,37 @@ class GatedDeltaNet(nn.Module):
         y = rms_norm(o, self.norm, self.s.rms_eps) * F.silu(z)
         return F.linear(y.flatten(-2), self.out)
 
-    def forward(self, h: Tensor, hn: Tensor | None, starts: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    def forward(self, h: Tensor, hn: Tensor | None, starts: Tensor | None,
+                past: Past | None = None) -> tuple[Tensor, Tensor | None, tuple[Tensor, ...]]:
+        """Clean rows h (B, T, H) after `past` (the conv ring and recurrent state after a shared
+        prefix, batch 1), block rows hn; returns both outputs and the ring and state after h."""
         s = self.s
         B, T = h.shape[:2]
         K = s.conv_kernel
+        P = 0
         u = F.linear(h, self.qkv)
         z = F.linear(h, self.gate).unflatten(-1, (s.ssm_v_heads, s.gdn_v_dim))
         beta = torch.sigmoid(F.linear(h, self.beta))
         g = self.ssm_a * F.softplus(F.linear(h, self.alpha) + self.dt_bias)
-        padded = F.pad(u, (0, 0, K - 1, 0))
+        if past is None:
+            padded, S_in = F.pad(u, (0, 0, K - 1, 0)), None
+        else:
+            P, (ring, S_in) = past.rows, past.tensors
+            padded = torch.cat([ring.expand(B, *ring.shape[1:]), u], dim=1)
         x = sum(padded[:, j:j + T] * self.conv[:, j] for j in range(K))
         q, k, v = self._heads(x)
-        wanted = sorted(set() if starts is None else {int(t) - 1 for t in starts.reshape(-1).tolist()})
-        o, kept = delta_rule(q, k, v, beta, g, wanted, self.chunk)
+        wanted = sorted({T - 1} | (set() if starts is None else {int(t) - 1 - P for t in starts.reshape(-1).tolist()}))
+        o, kept = delta_rule(q, k, v, beta, g, wanted, self.chunk, S_in)
         out = self._output(o, z)
+        cache = (padded[:, T:], kept[:, wanted.index(T - 1)])
         if hn is None:
-            return out, None
+            return out, None, cache
         assert starts is not None
-        where = torch.tensor([wanted.index(int(t) - 1) for t in starts.reshape(-1).tolist()]).view(starts.shape)
+        where = torch.tensor([wanted.index(int(t) - 1 - P) for t in starts.reshape(-1).tolist()]).view(starts.shape)
         S0 = kept[torch.arange(B)[:, None], where]  # (B, nb, nv, dk, dv)
-        ring_rows = starts[..., None] - (K - 1) + torch.arange(K - 1)  # rows of u before each block
+        ring_rows = starts[..., None] - P - (K - 1) + torch.arange(K - 1)  # rows of u before each block
         ring = padded[torch.arange(B)[:, None, None], ring_rows + (K - 1)]  # (B, nb, K-1, conv_dim)
-        return out, self.block(hn, ring, S0)
+        return out, self.block(hn, ring, S0), cache
 
     def block(self, hn: Tensor, ring: Tensor, S0: Tensor) -> Tensor:
         """The Clover block operator over blocks hn (B, nb, L, H) from conv rings (B, nb, K-1, C) and
@@ -295,9 +322,10 @@ class Layer(nn.Module):
         self.moe = MoE(s)
         self.eps = s.rms_eps
 
-    def forward(self, st: Streams, starts: Tensor | None) -> tuple[Streams, Tensor]:
+    def forward(self, st: Streams, starts: Tensor | None,
+                past: Past | None = None) -> tuple[Streams, Tensor, tuple[Tensor, ...]]:
         hn = None if st.xn is None else rms_norm(st.xn, self.attn_norm, self.eps)
-        out, out_n = self.mixer(rms_norm(st.x, self.attn_norm, self.eps), hn, starts)
+        out, out_n, cache = self.mixer(rms_norm(st.x, self.attn_norm, self.eps), hn, starts, past)
         x = st.x + out
         xn = None if st.xn is None else st.xn + out_n
         n = x.shape[0] * x.shape[1]
@@ -306,7 +334,18 @@ class Layer(nn.Module):
         x = x + moe_out[:n].reshape(x.shape)
         if xn is not None:
             xn = xn + moe_out[n:].reshape(xn.shape)
-        return Streams(x, xn), balance
+        return Streams(x, xn), balance, cache
+
+
+def shared_prefix(ids: Tensor, starts: Tensor | None, least: int = 8) -> int:
+    """How many leading tokens every row of the batch shares and no row predicts (0 when fewer
+    than `least`): tool dialogues share the ~400-token tool prompt, which then runs once."""
+    if ids.shape[0] < 2 or starts is None:
+        return 0
+    differs = (ids != ids[:1]).any(0).nonzero()
+    common = int(differs[0]) if len(differs) else ids.shape[1]
+    rows = min(common, int(starts.min()) - 1)
+    return rows if rows >= least else 0
 
 
 class CloverLM(nn.Module):
@@ -331,14 +370,25 @@ class CloverLM(nn.Module):
         """Final-normed hidden rows of the clean sequence ids (B, T) and of the diffusion blocks
         (B, nb, L) starting at positions starts (B, nb) on it (each start ≥ 1), plus the mean
         load-balancing loss."""
-        st = Streams(self.embed[ids], None if blocks is None else self.embed[blocks])
+        B = ids.shape[0]
+        P = shared_prefix(ids, starts)
+        st = Streams(self.embed[ids[:, P:]], None if blocks is None else self.embed[blocks])
+        head = Streams(self.embed[ids[:1, :P]], None)
         balance = ids.new_zeros((), dtype=torch.float32)
         for layer in self.layers:
-            st, b = layer(st, starts)
+            past = None
+            if P:
+                head, b_head, cache = layer(head, None)
+                past = Past(P, cache)
+            st, b, _ = layer(st, starts, past)
+            if P:  # the balance term over the batch's rows, with the shared rows counted once
+                n = st.x.shape[0] * st.x.shape[1] + (0 if st.xn is None else st.xn[..., 0].numel())
+                b = (b * n + b_head * P) / (n + P)
             balance = balance + b / len(self.layers)
         eps = self.spec.rms_eps
+        x = torch.cat([head.x.expand(B, P, head.x.shape[-1]), st.x], dim=1) if P else st.x
         xn = None if st.xn is None else rms_norm(st.xn, self.out_norm, eps)
-        return rms_norm(st.x, self.out_norm, eps), xn, balance
+        return rms_norm(x, self.out_norm, eps), xn, balance
 
     def logits(self, rows: Tensor) -> Tensor:
         return F.linear(rows, self.head)

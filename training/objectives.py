@@ -59,8 +59,10 @@ class Batch:
 
 
 def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
-               gen: torch.Generator) -> Batch:
-    """Pad the examples to one length and draw each block's mask (fraction uniform in (0, 1])."""
+               gen: torch.Generator, complementary: bool = False) -> Batch:
+    """Pad the examples to one length and draw each block's mask (fraction uniform in (0, 1]).
+    With `complementary`, every block appears twice, masked and with the complementary mask, so
+    each of its positions is predicted once per step."""
     B = len(examples)
     T = max(len(e.ids) for e in examples)
     starts_per = [block_starts(e, block_length) for e in examples]
@@ -80,9 +82,15 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
         for n, s in enumerate(starts_per[b]):
             starts[b, n] = s
             valid[b, n] = True
+        starts[b, len(starts_per[b]):] = starts_per[b][0] if starts_per[b] else 1  # padding blocks: no loss
     targets = blocks.clone()
     rate = torch.rand((B, nb, 1), generator=gen).clamp_min(1.0 / block_length)
     masked = (torch.rand((B, nb, block_length), generator=gen) < rate) & valid[..., None]
+    if complementary:
+        rate = torch.cat([rate, (1.0 - rate).clamp_min(1.0 / block_length)], dim=1)
+        masked = torch.cat([masked, ~masked & valid[..., None]], dim=1)
+        blocks, targets = blocks.repeat(1, 2, 1), targets.repeat(1, 2, 1)
+        starts, valid = starts.repeat(1, 2), valid.repeat(1, 2)
     return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked, rate[..., 0], valid)
 
 

@@ -1,6 +1,6 @@
 """Train clover's demo model from a seed: corpus, vocabulary, model, GGUF files.
 
-    python training/train.py --seed 0 --steps 2400 --out build/demo
+    python training/train.py --seed 0 --steps 1700 --out build/demo
 
 writes OUT/demo-F16.gguf, OUT/demo-Q8_0.gguf, OUT/model.pt (weights and spec, for eval and
 re-export) and OUT/train-log.json (the loss curve). With --steps the run is reproducible byte
@@ -33,7 +33,7 @@ from objectives import Example, example, losses, make_batch  # noqa: E402
 BALANCE_WEIGHT = 0.01
 
 
-def demo_spec(n_vocab: int, *, hidden: int = 160, layers: int = 8, experts: int = 8, expert_ff: int = 128,
+def demo_spec(n_vocab: int, *, hidden: int = 128, layers: int = 12, experts: int = 8, expert_ff: int = 96,
               block_length: int = 32) -> SynthSpec:
     """The demo model's shape: the Clover pattern (3 Gated DeltaNet layers per attention layer),
     top-2 routed experts plus a shared expert, tied embeddings; every row a multiple of 32 (Q8_0)."""
@@ -54,21 +54,36 @@ def tokenize(dialogues: list, tok: object) -> list[Example]:
     return [example([(next(encoded), is_assistant) for _, is_assistant in p]) for p in pieces]
 
 
+def common_prefix(a: Example, b: Example) -> int:
+    """Leading tokens two examples share before either one's first assistant token."""
+    limit = min(a.spans[0][0] if a.spans else len(a.ids), b.spans[0][0] if b.spans else len(b.ids)) - 1
+    n = 0
+    while n < limit and a.ids[n] == b.ids[n]:
+        n += 1
+    return n
+
+
 def batches(examples: list[Example], batch_tokens: int, rng: random.Random):  # noqa: ANN201
-    """Endless batches of similar length, at most `batch_tokens` padded tokens each, in seeded order."""
+    """Endless batches of similar length in seeded order, each at most `batch_tokens` rows of
+    work: a prefix every example of the batch shares (the tool prompt) counts once, as the
+    model runs it once (`model.shared_prefix`)."""
     while True:
         order = list(range(len(examples)))
         rng.shuffle(order)
         groups = []
         for g0 in range(0, len(order), 256):
-            group = sorted(order[g0:g0 + 256], key=lambda i: len(examples[i].ids))
+            group = sorted(order[g0:g0 + 256], key=lambda i: (len(examples[i].ids), examples[i].ids))
             batch: list[int] = []
+            shared = longest = 0
             for i in group:
-                longest = max([len(examples[j].ids) for j in batch] + [len(examples[i].ids)])
-                if batch and longest * (len(batch) + 1) > batch_tokens:
+                ex = examples[i]
+                s = min(shared, common_prefix(examples[batch[0]], ex)) if batch else len(ex.ids)
+                n = max(longest, len(ex.ids))
+                if batch and s + (len(batch) + 1) * (n - s) > batch_tokens:
                     groups.append(batch)
-                    batch = []
+                    batch, s, n = [], len(ex.ids), len(ex.ids)
                 batch.append(i)
+                shared, longest = s, n
             if batch:
                 groups.append(batch)
         rng.shuffle(groups)
@@ -88,13 +103,13 @@ def lr_at(step: int, total: int, peak: float) -> float:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=2400, help="optimizer steps (reproducible)")
+    p.add_argument("--steps", type=int, default=1700, help="optimizer steps (reproducible)")
     p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time instead")
     p.add_argument("--out", type=Path, default=Path("build/demo"))
-    p.add_argument("--hidden", type=int, default=160)
-    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--layers", type=int, default=12)
     p.add_argument("--experts", type=int, default=8)
-    p.add_argument("--expert-ff", type=int, default=128)
+    p.add_argument("--expert-ff", type=int, default=96)
     p.add_argument("--vocab-size", type=int, default=2048)
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--lr", type=float, default=2e-3)
@@ -102,6 +117,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--arithmetic-pairs", type=int, default=6000)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--complementary", action=argparse.BooleanOptionalAction, default=True,
+                   help="train each diffusion block under a mask and its complement")
     return p.parse_args(argv)
 
 
@@ -112,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=args.arithmetic_pairs, repeats=args.repeats)
-    texts = [text for d in corpus.train for text, _ in demo_corpus.segments(d)]
-    tok = demo_vocab.train_tokenizer(texts, args.vocab_size)
+    tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
     examples = tokenize(corpus.train, tok)
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
@@ -134,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         for group in opt.param_groups:
             group["lr"] = lr_at(step, args.steps, args.lr)
-        batch = make_batch(next(feed), spec.block_length, arrays.special["mask"], arrays.special["pad"], gen)
+        batch = make_batch(next(feed), spec.block_length, arrays.special["mask"], arrays.special["pad"], gen,
+                           args.complementary)
         parts = losses(model, batch)
         total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
         opt.zero_grad(set_to_none=True)

@@ -1,4 +1,4 @@
-"""The demo model that ships with clover: a 5.7 MB model of the Clover architecture (Gated DeltaNet
+"""The demo model that ships with clover: a 5.4 MB model of the Clover architecture (Gated DeltaNet
 and gated attention, routed experts, block diffusion) trained by `training/train.py` from seed 0
 on arithmetic, facts about clover and weather/calculator tool dialogues. It lets a new user see
 real answers and real diffusion figures without a 21 GB download; `demo` names it wherever a
