@@ -99,3 +99,37 @@ def test_held_out_cities_depend_on_the_seed_alone() -> None:
     assert small.held_out_arithmetic == full.held_out_arithmetic
     trained = {m["content"] for d in full.train for m in d.messages if m["role"] == "user"}
     assert not any(city in q for q in trained for city in full.held_out_cities)
+
+
+def test_names_made_of_vocabulary_pieces_leave_the_vocabulary_text_unchanged() -> None:
+    """train.py trains the vocabulary on the corpus without pieces, then trains the model on the
+    corpus whose invented names are made of that vocabulary's pieces: corpora with other pieces
+    differ only in the weather dialogues about invented names (the name, and the tool's report)."""
+    pieces = demo.name_pieces(["ic", "ag", "Ch", "th", "ĠParis", "temperature", "o", "42", "ро"])
+    assert pieces == ["ag", "ic", "o", "th"]
+    plain, pieced = demo.make_corpus(5, **SMALL, pieces=["x", "yz"]), demo.make_corpus(5, **SMALL, pieces=pieces)
+    assert [d.kind for d in plain.train] == [d.kind for d in pieced.train]
+    assert [d for d in plain.train if d.kind != "weather"] == [d for d in pieced.train if d.kind != "weather"]
+    assert plain.held_out_cities == pieced.held_out_cities
+    names = [n for d in pieced.train for n in d.names]
+    made = [n for n in names if re.fullmatch(r"(?:ag|ic|o|th)+", n[:1].lower() + n[1:])]
+    assert len(made) > len(names) / 2
+    assert not any(city in n for n in names for city in pieced.held_out_cities)
+
+
+def test_echo_dialogues_repeat_invented_names_and_change_nothing_else(template: ChatTemplate) -> None:
+    """Repeat-after-me dialogues answer with exactly the asked names, which are cut out of the
+    vocabulary's text like every place name; the rest of the corpus is the same dialogues."""
+    plain, echoed = demo.make_corpus(6, **SMALL), demo.make_corpus(6, **SMALL, echoes=7)
+    echoes = [d for d in echoed.train if d.kind == "echo"]
+    assert len(echoes) == 7 * SMALL["repeats"]
+    key = repr
+    assert sorted(map(key, plain.train)) == sorted(key(d) for d in echoed.train if d.kind != "echo")
+    for d in echoes:
+        asked = [m["content"] for m in d.messages if m["role"] == "user"][0]
+        answer = [m["content"] for m in d.messages if m["role"] == "assistant"][0]
+        assert asked == "Repeat after me: " + answer and answer.split(" ") == list(d.names)
+        assert 2 <= len(d.names) <= 5
+        assert not any(city in n for n in d.names for city in demo.CITIES)
+        for text in demo.vocabulary_texts([d]):
+            assert not any(n in text for n in d.names)

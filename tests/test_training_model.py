@@ -130,11 +130,13 @@ def test_export_is_byte_reproducible_and_selects_exact_diffusion(tmp_path: Path)
 
 
 def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> None:
-    """train.py twice with the same seed and step count: the same GGUF bytes; the loss is logged."""
+    """train.py twice with the same seed and step count (names of vocabulary pieces, echo
+    dialogues): the same GGUF bytes; the loss is logged."""
     import train
 
     args = ["--seed", "4", "--steps", "3", "--log-every", "1", "--arithmetic-pairs", "40", "--repeats", "1",
-            "--hidden", "64", "--expert-ff", "32", "--vocab-size", "512", "--batch-tokens", "1024", "--threads", "1"]
+            "--hidden", "64", "--expert-ff", "32", "--vocab-size", "512", "--batch-tokens", "1024", "--threads", "1",
+            "--name-pieces", "--echoes", "3"]
     for run in ("a", "b"):
         assert train.main([*args, "--out", str(tmp_path / run)]) == 0
     for quant in ("F16", "Q8_0"):

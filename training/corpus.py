@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -174,12 +174,16 @@ def weather_report(city: str, seed: int) -> dict[str, Any]:
     return {"city": city, "temperature": r.randint(-5, 35), "condition": r.choice(CONDITIONS)}
 
 
-def invented_city(rng: random.Random) -> str:
-    """A made-up place name, 2-3 syllables or 4-9 random letters, containing no real city of the
-    list: weather questions about thousands of different names teach the model to copy the city
-    from the question instead of memorising a list of cities."""
+def invented_city(rng: random.Random, pieces: Sequence[str] = ()) -> str:
+    """A made-up place name containing no real city of the list: weather questions about
+    thousands of different names teach the model to copy the city from the question instead of
+    memorising a list of cities. Two thirds are 2-4 of the vocabulary's word `pieces` (when
+    given), the rest 2-3 syllables or 4-9 random letters: a city never seen in training breaks
+    into such pieces ("Chicago": C, h, ic, ag, o), and the model copies only pieces it has copied."""
     while True:
-        if rng.random() < 0.5:
+        if pieces and rng.random() < 2 / 3:
+            name = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 4)))
+        elif rng.random() < 0.5:
             name = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((2, 2, 3))))
         else:
             name = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(4, 9)))
@@ -188,16 +192,21 @@ def invented_city(rng: random.Random) -> str:
             return name
 
 
+def name_pieces(vocabulary: Iterable[str]) -> list[str]:
+    """The lowercase ASCII word pieces of 1-4 letters among a vocabulary's tokens, sorted."""
+    return sorted(t for t in vocabulary if t.isascii() and t.isalpha() and t.islower() and len(t) <= 4)
+
+
 REAL_PER_REPEAT = 10  # real training cities per corpus repeat (each of the 40 recurs every 4 repeats)
 INVENTED_PER_REPEAT = 150  # invented names per repeat: copying must pay more than remembering
 
 
-def weather_cities(real: list[str], repeat: int, rng: random.Random) -> list[str]:
+def weather_cities(real: list[str], repeat: int, rng: random.Random, pieces: Sequence[str] = ()) -> list[str]:
     """The cities of one repeat's weather dialogues: a rotating slice of the real training cities
     and mostly invented names (with as many real as invented names, the model answered every
     held-out city with one memorised real one)."""
     start = repeat * REAL_PER_REPEAT % len(real)
-    return real[start:start + REAL_PER_REPEAT] + [invented_city(rng) for _ in range(INVENTED_PER_REPEAT)]
+    return real[start:start + REAL_PER_REPEAT] + [invented_city(rng, pieces) for _ in range(INVENTED_PER_REPEAT)]
 
 
 def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
@@ -233,6 +242,15 @@ def calculator_dialogue(a: int, b: int) -> list[dict[str, Any]]:
     ]
 
 
+def echo_dialogue(rng: random.Random, pieces: Sequence[str] = ()) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The user asks for 2-5 invented names to be repeated; the answer is them, in order. Every
+    token after the first name's first is predictable only by copying, the skill a tool call
+    needs for a city it has never seen (weather dialogues hold a few such tokens each)."""
+    words = tuple(invented_city(rng, pieces) for _ in range(rng.randint(2, 5)))
+    text = " ".join(words)
+    return _qa(f"Repeat after me: {text}", text), words
+
+
 def _qa(question: str, answer: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question},
             {"role": "assistant", "content": answer}]
@@ -249,6 +267,8 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
                 why = "The tool returned the result; I report it."
             elif kind == "arithmetic":
                 why = "I work it out digit by digit."
+            elif kind == "echo":
+                why = "I repeat the words in order."
             else:
                 why = "I answer from what I know about clover."
             m = {**m, "reasoning_content": why}
@@ -257,9 +277,16 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
 
 
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
-                repeats: int = 20) -> Corpus:
-    """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training."""
+                repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0) -> Corpus:
+    """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
+
+    With `pieces`, invented names come from their own random stream, so corpora with different
+    pieces differ only in those names (and the tool's reports about them): train.py builds the
+    vocabulary from the corpus without, then trains on the corpus whose names are its pieces.
+    `echoes` repeat-after-me dialogues per repeat come from a stream of their own too."""
     rng = random.Random(seed)
+    names = random.Random(f"{seed}:names") if pieces else rng
+    echo = random.Random(f"{seed}:echo")
     corpus = Corpus()
     pairs = [(a, "+", b) for a in range(100) for b in range(100)]
     pairs += [(a, "-", b) for a in range(100) for b in range(a + 1)]
@@ -277,13 +304,16 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         for questions, answer in FACTS:
             corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng))
         corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None, rng))
-        for city in weather_cities(cities[10:], r, rng):
+        for city in weather_cities(cities[10:], r, names, pieces):
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
             corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng,
                                          names=(city,)))
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)
             corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng))
+        for _ in range(echoes):
+            messages, words = echo_dialogue(echo, pieces)
+            corpus.train.append(dialogue("echo", messages, None, echo, names=words))
     rng.shuffle(corpus.train)
     return corpus
 

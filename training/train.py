@@ -119,6 +119,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--complementary", action=argparse.BooleanOptionalAction, default=True,
                    help="train each diffusion block under a mask and its complement")
+    p.add_argument("--echoes", type=int, default=0, help="repeat-after-me dialogues per corpus repeat")
+    p.add_argument("--name-pieces", action=argparse.BooleanOptionalAction, default=False,
+                   help="make most invented place names of the vocabulary's word pieces")
     return p.parse_args(argv)
 
 
@@ -128,9 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=args.arithmetic_pairs, repeats=args.repeats)
-    tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
+    sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes}
+    tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(demo_corpus.make_corpus(args.seed, **sizes).train),
+                                     args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
+    pieces = demo_corpus.name_pieces(arrays.tokens) if args.name_pieces else ()
+    corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=pieces)
     examples = tokenize(corpus.train, tok)
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
                      expert_ff=args.expert_ff)
