@@ -101,7 +101,7 @@ def test_held_out_cities_depend_on_the_seed_alone() -> None:
     assert not any(city in q for q in trained for city in full.held_out_cities)
 
 
-def test_names_made_of_vocabulary_pieces_leave_the_vocabulary_text_unchanged() -> None:
+def test_names_made_of_vocabulary_pieces_change_only_the_weather_dialogues() -> None:
     """train.py trains the vocabulary on the corpus without pieces, then trains the model on the
     corpus whose invented names are made of that vocabulary's pieces: corpora with other pieces
     differ only in the weather dialogues about invented names (the name, and the tool's report)."""
@@ -117,14 +117,13 @@ def test_names_made_of_vocabulary_pieces_leave_the_vocabulary_text_unchanged() -
     assert not any(city in n for n in names for city in pieced.held_out_cities)
 
 
-def test_echo_dialogues_repeat_invented_names_and_change_nothing_else(template: ChatTemplate) -> None:
+def test_echo_dialogues_repeat_invented_names_and_change_nothing_else() -> None:
     """Repeat-after-me dialogues answer with exactly the asked names, which are cut out of the
     vocabulary's text like every place name; the rest of the corpus is the same dialogues."""
     plain, echoed = demo.make_corpus(6, **SMALL), demo.make_corpus(6, **SMALL, echoes=7)
     echoes = [d for d in echoed.train if d.kind == "echo"]
     assert len(echoes) == 7 * SMALL["repeats"]
-    key = repr
-    assert sorted(map(key, plain.train)) == sorted(key(d) for d in echoed.train if d.kind != "echo")
+    assert sorted(map(repr, plain.train)) == sorted(repr(d) for d in echoed.train if d.kind != "echo")
     for d in echoes:
         asked = [m["content"] for m in d.messages if m["role"] == "user"][0]
         answer = [m["content"] for m in d.messages if m["role"] == "assistant"][0]

@@ -132,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes}
-    tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(demo_corpus.make_corpus(args.seed, **sizes).train),
-                                     args.vocab_size)
+    corpus = demo_corpus.make_corpus(args.seed, **sizes)
+    tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
-    pieces = demo_corpus.name_pieces(arrays.tokens) if args.name_pieces else ()
-    corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=pieces)
+    if args.name_pieces:  # the vocabulary comes first; then the names are made of its pieces
+        corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=demo_corpus.name_pieces(arrays.tokens))
     examples = tokenize(corpus.train, tok)
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
                      expert_ff=args.expert_ff)
