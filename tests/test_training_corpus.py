@@ -50,11 +50,12 @@ def test_held_out_questions_never_appear_in_training(corpus: demo.Corpus) -> Non
     assert kinds == {"arithmetic", "fact", "greeting", "weather", "calculator"}
 
 
+@pytest.mark.parametrize("result_first", [False, True])
 @pytest.mark.parametrize("op", ["+", "-"])
-def test_every_worked_step_is_true_and_the_digits_make_the_result(op: str) -> None:
+def test_every_worked_step_is_true_and_the_digits_make_the_result(op: str, result_first: bool) -> None:
     for a in range(0, 100, 3):
         for b in range(0, (100 if op == "+" else a + 1), 7):
-            answer = demo.arithmetic_answer(a, op, b)
+            answer = demo.arithmetic_answer(a, op, b, result_first)
             steps = re.findall(r"(Ones|Tens|Hundreds): ([\d +-]+) = (\d+)", answer)
             for _, expr, value in steps:
                 assert eval(expr) == int(value), answer  # noqa: S307 - digits and + - only
@@ -63,7 +64,8 @@ def test_every_worked_step_is_true_and_the_digits_make_the_result(op: str) -> No
             if op == "+" and int(steps[-1][2]) >= 10:
                 written += 10 ** len(steps)
             assert written == (a + b if op == "+" else a - b), answer
-            assert answer.endswith(f"So {a} {op} {b} = {eval(f'{a} {op} {b}')}.")  # noqa: S307
+            stated = f"{a} {op} {b} = {eval(f'{a} {op} {b}')}."  # noqa: S307
+            assert answer.startswith(stated + " Ones: ") if result_first else answer.endswith(f"So {stated}")
 
 
 def test_segments_rebuild_the_whole_render(corpus: demo.Corpus, template: ChatTemplate) -> None:

@@ -6,6 +6,7 @@ side without it.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -131,19 +132,27 @@ def test_export_is_byte_reproducible_and_selects_exact_diffusion(tmp_path: Path)
 
 def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> None:
     """train.py twice with the same seed and step count (names of vocabulary pieces, echo
-    dialogues): the same GGUF bytes; the loss is logged."""
+    dialogues, results stated first, a copy phase): the same GGUF bytes; the loss of both phases is
+    logged, and the manifest's command names every option that changed what was trained."""
+    import ship
     import train
 
     args = ["--seed", "4", "--steps", "3", "--log-every", "1", "--arithmetic-pairs", "40", "--repeats", "1",
             "--hidden", "64", "--expert-ff", "32", "--vocab-size", "512", "--batch-tokens", "1024", "--threads", "1",
-            "--name-pieces", "--echoes", "3"]
+            "--name-pieces", "--echoes", "3", "--result-first", "--copy-steps", "2", "--copy-others", "5"]
     for run in ("a", "b"):
         assert train.main([*args, "--out", str(tmp_path / run)]) == 0
     for quant in ("F16", "Q8_0"):
         first = (tmp_path / "a" / f"demo-{quant}.gguf").read_bytes()
         assert first == (tmp_path / "b" / f"demo-{quant}.gguf").read_bytes()
-    log = (tmp_path / "a" / "train-log.json").read_text(encoding="utf-8")
-    assert '"step": 3' in log and '"diffusion"' in log
+    log = json.loads((tmp_path / "a" / "train-log.json").read_text(encoding="utf-8"))
+    assert [(r["step"], r["phase"]) for r in log["log"]] == [(1, "main"), (2, "main"), (3, "main"),
+                                                             (4, "copy"), (5, "copy")]
+    assert all("diffusion" in r for r in log["log"])
+    command = ship.manifest(tmp_path / "a", tmp_path / "a" / "demo-Q8_0.gguf")["command"]
+    rerun = command.split(" && ")[0].split()[2:]
+    assert rerun[:4] == ["--seed", "4", "--steps", "3"]
+    assert train.parse_args(rerun) == train.parse_args([*args, "--log-every", "20", "--out", "build/demo"])
 
 
 def test_a_shared_prompt_runs_once_and_changes_nothing(tiny) -> None:  # noqa: ANN001

@@ -135,9 +135,13 @@ class Corpus:
     held_out_cities: list[str] = field(default_factory=list)
 
 
-def arithmetic_answer(a: int, op: str, b: int) -> str:
+def arithmetic_answer(a: int, op: str, b: int, result_first: bool = False) -> str:
     """A worked, digit-by-digit answer for a + b or a - b (a ≥ b): ones, tens, hundreds, each step
-    an explicit sum so that a small model can learn carries and borrows."""
+    an explicit sum so that a small model can learn carries and borrows.
+
+    `result_first` states the result before the steps: a diffusion block then computes it from the
+    question (the committed prefix) rather than from digits revealed in the same block, the
+    preview path's weak spot."""
     places = ("Ones", "Tens", "Hundreds")
     width = len(str(max(a, b)))
     steps, carry = [], 0
@@ -159,6 +163,8 @@ def arithmetic_answer(a: int, op: str, b: int) -> str:
             note = ", borrow 1" if carry else ""
             steps.append(f"{places[i]}: {top} - {y} = {value - y}{note}.")
     result = a + b if op == "+" else a - b
+    if result_first:
+        return f"{a} {op} {b} = {result}. " + " ".join(steps)
     return " ".join(steps) + f" So {a} {op} {b} = {result}."
 
 
@@ -277,7 +283,8 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
 
 
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
-                repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0) -> Corpus:
+                repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0,
+                result_first: bool = False) -> Corpus:
     """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
 
     With `pieces`, invented names come from their own random stream, so corpora with different
@@ -295,7 +302,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     corpus.held_out_arithmetic = sorted(pairs[:n_held])
     train_pairs = pairs[n_held:n_held + arithmetic_pairs]
     for a, op, b in train_pairs:
-        qa = _qa(arithmetic_question(a, op, b, rng), arithmetic_answer(a, op, b))
+        qa = _qa(arithmetic_question(a, op, b, rng), arithmetic_answer(a, op, b, result_first))
         corpus.train.append(dialogue("arithmetic", qa, None, rng))
     cities = list(CITIES)
     random.Random(f"{seed}:cities").shuffle(cities)  # the held-out cities depend on the seed alone

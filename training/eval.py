@@ -27,7 +27,6 @@ from clover_runtime.decoding.params import DecodeParams  # noqa: E402
 from clover_runtime.reply import Reply  # noqa: E402
 
 NO_THINK = {"enable_thinking": False}
-_RESULT = re.compile(r"= (-?\d+)\.\s*$")
 
 
 def reply(chat: Any, messages: list[dict], params: DecodeParams, tools: list | None = None) -> tuple[str, list, Any]:
@@ -44,9 +43,9 @@ def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int) -> dict[str
         messages = [{"role": "system", "content": demo_corpus.SYSTEM},
                     {"role": "user", "content": demo_corpus.arithmetic_question(a, op, b)}]
         text, _, stats = reply(chat, messages, DecodeParams(decode=decode, max_tokens=max_tokens))
-        m = _RESULT.search(text)
+        m = re.search(rf"\b{a} \{op} {b} = (-?\d+)\.", text)  # the stated result, first or last
         correct += bool(m) and int(m.group(1)) == (a + b if op == "+" else a - b)
-        exact += text.strip() == demo_corpus.arithmetic_answer(a, op, b)
+        exact += text.strip() in (demo_corpus.arithmetic_answer(a, op, b, first) for first in (False, True))
         generated, forwards = generated + stats.generated_tokens, forwards + stats.forwards
         passes, blocks = passes + stats.passes, blocks + stats.blocks
     n = max(1, len(pairs))

@@ -35,8 +35,9 @@ def manifest(out: Path, shipped: Path) -> dict:
         "threads": int(args["threads"]),
         "train_seconds": int(log["seconds"]),
         "train_cpu_seconds": float(last["cpu_seconds"]),
-        "command": (f"python training/train.py --seed {args['seed']} --steps {log['steps']} "
-                    f"--threads {args['threads']} --out build/demo && python training/ship.py build/demo"),
+        "command": " ".join(["python training/train.py", f"--seed {args['seed']}",
+                             f"--steps {log.get('main_steps', log['steps'])}", *log.get("recipe", []),
+                             f"--threads {args['threads']}", "--out build/demo && python training/ship.py build/demo"]),
         "final_losses": {k: last[k] for k in ("ar", "diffusion", "balance") if k in last},
     }
 

@@ -17,6 +17,7 @@ import math
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -91,6 +92,62 @@ def batches(examples: list[Example], batch_tokens: int, rng: random.Random):  # 
             yield [examples[i] for i in g]
 
 
+COPY_KINDS = ("weather", "echo", "calculator")
+
+
+def copy_mix(dialogues: list, seed: int, others: int) -> list:
+    """The copy phase's dialogues: every one whose reply repeats a name or an expression from the
+    prompt (tool calls, echoes), plus a seeded sample of `others` of the rest so that sums and
+    facts stay learned."""
+    rest = [d for d in dialogues if d.kind not in COPY_KINDS]
+    random.Random(f"{seed}:copy-mix").shuffle(rest)
+    return [d for d in dialogues if d.kind in COPY_KINDS] + rest[:others]
+
+
+@dataclass
+class Run:
+    """What every phase of one training run shares: its options, mask draws, special tokens and
+    clock (wall and CPU time since the start, steps taken)."""
+
+    args: argparse.Namespace
+    gen: torch.Generator
+    mask_id: int
+    pad_id: int
+    start: float = field(default_factory=time.perf_counter)
+    cpu0: float = field(default_factory=time.process_time)
+    steps: int = 0
+
+
+def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: float, order: random.Random,
+              run: Run, phase: str) -> list[dict]:
+    """`steps` optimizer steps over `examples` (a fresh AdamW, warm-up then cosine to a tenth of
+    `peak_lr`); returns the logged rows. `--minutes` bounds the whole run's wall time."""
+    args = run.args
+    opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.01)
+    feed = batches(examples, args.batch_tokens, order)
+    log = []
+    for step in range(steps):
+        if args.minutes is not None and time.perf_counter() - run.start > args.minutes * 60:
+            break
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, steps, peak_lr)
+        batch = make_batch(next(feed), model.spec.block_length, run.mask_id, run.pad_id, run.gen, args.complementary)
+        parts = losses(model, batch)
+        total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        run.steps += 1
+        if run.steps % args.log_every == 0 or run.steps == 1:
+            row = {"step": run.steps, "phase": phase, "seconds": round(time.perf_counter() - run.start, 1),
+                   "cpu_seconds": round(time.process_time() - run.cpu0, 1),
+                   **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
+            log.append(row)
+            print(json.dumps(row), flush=True)
+    return log
+
+
 def lr_at(step: int, total: int, peak: float) -> float:
     """Linear warm-up over the first 5% of the steps, then cosine decay to a tenth of the peak."""
     warmup = max(1, min(100, total // 20))
@@ -122,7 +179,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--echoes", type=int, default=0, help="repeat-after-me dialogues per corpus repeat")
     p.add_argument("--name-pieces", action=argparse.BooleanOptionalAction, default=False,
                    help="make most invented place names of the vocabulary's word pieces")
+    p.add_argument("--copy-steps", type=int, default=0,
+                   help="a final phase of this many steps on the tool and echo dialogues (plus a sample of the rest)")
+    p.add_argument("--copy-lr", type=float, default=5e-4)
+    p.add_argument("--copy-others", type=int, default=1500, help="other dialogues sampled into the copy phase")
+    p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
+                   help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
+
+
+def recipe_flags(args: argparse.Namespace) -> list[str]:
+    """The options of this run that differ from the defaults and change what is trained (not the
+    seed, step count, threads or output folder, which the manifest command spells out)."""
+    defaults = vars(parse_args([]))
+    flags = []
+    for key, value in vars(args).items():
+        if key in ("seed", "steps", "minutes", "threads", "out", "log_every") or value == defaults[key]:
+            continue
+        name = "--" + key.replace("_", "-")
+        flags.append((name if value else "--no-" + name[2:]) if isinstance(value, bool) else f"{name} {value}")
+    return flags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes}
+    sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes,
+             "result_first": args.result_first}
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
@@ -145,33 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus {len(examples)} dialogues, {sum(len(e.ids) for e in examples)} tokens; vocabulary "
           f"{len(arrays.tokens)}; model {n_params / 1e6:.2f}M parameters ({time.perf_counter() - t0:.0f} s)",
           flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    gen = torch.Generator().manual_seed(args.seed)
-    feed = batches(examples, args.batch_tokens, random.Random(args.seed))
-    log: list[dict] = []
-    start, cpu0 = time.perf_counter(), time.process_time()
-    step = 0
-    while step < args.steps:
-        if args.minutes is not None and time.perf_counter() - start > args.minutes * 60:
-            break
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, args.steps, args.lr)
-        batch = make_batch(next(feed), spec.block_length, arrays.special["mask"], arrays.special["pad"], gen,
-                           args.complementary)
-        parts = losses(model, batch)
-        total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        if step % args.log_every == 0 or step == 1:
-            row = {"step": step, "seconds": round(time.perf_counter() - start, 1),
-                   "cpu_seconds": round(time.process_time() - cpu0, 1),
-                   **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
-            log.append(row)
-            print(json.dumps(row), flush=True)
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    run = Run(args, torch.Generator().manual_seed(args.seed), arrays.special["mask"], arrays.special["pad"])
+    log = run_phase(model, examples, args.steps, args.lr, random.Random(args.seed), run, "main")
+    main_steps = run.steps
+    if args.copy_steps:
+        mix = tokenize(copy_mix(corpus.train, args.seed, args.copy_others), tok)
+        log += run_phase(model, mix, args.copy_steps, args.copy_lr, random.Random(f"{args.seed}:copy"), run, "copy")
+    step, elapsed, cpu = run.steps, time.perf_counter() - run.start, time.process_time() - run.cpu0
     print(f"{step} steps in {elapsed:.0f} s ({elapsed / max(step, 1):.2f} s/step; CPU time "
           f"{cpu / max(step, 1):.2f} s/step on {args.threads} thread(s))", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -181,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                args.out / "model.pt")
     (args.out / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
     (args.out / "train-log.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                                         "steps": step, "seconds": round(elapsed),
+                                                         "steps": step, "main_steps": main_steps,
+                                                         "recipe": recipe_flags(args), "seconds": round(elapsed),
                                                          "log": log}, indent=1), encoding="utf-8")
     for quant in ("F16", "Q8_0"):
         path = export(tensors, spec, arrays, args.out / f"demo-{quant}.gguf", quant)
