@@ -47,6 +47,9 @@ def command(
                                                envvar=_E + "BLOCK_LENGTH"),
     threshold: float | None = typer.Option(None, "--threshold", min=0.0, max=1.0,
                                               help="Reveal threshold (file default 0.9).", envvar=_E + "THRESHOLD"),
+    verify: bool | None = typer.Option(None, "--verify/--no-verify", show_default=False, envvar=_E + "VERIFY",
+                                       help="Diffusion: check each block against greedy AR at its commit "
+                                            "(default: on when greedy)."),
     expert_coreset: int | None = typer.Option(None, "--expert-coreset",
                                                  help="Share K experts across a block's rows.",
                                                  envvar=_E + "EXPERT_CORESET"),
@@ -114,7 +117,7 @@ def command(
                        frequency_penalty=frequency_penalty, **given)
     max_tokens = n_predict if n_predict > 0 else prep.n_ctx
     params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
-                          expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling)
+                          expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling, verify=verify)
     if decode not in ("auto", "diffusion", "ar"):
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,

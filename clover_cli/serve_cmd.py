@@ -58,6 +58,7 @@ class ServeOptions:
     ctx_checkpoints: int = 8
     checkpoint_every: int = 2048
     slot_save_path: Path | None = None
+    verify: bool | None = None
     offload: OffloadRequest | None = None  # -ngl, --cpu-moe, --n-cpu-moe, --device, --main-gpu
 
 
@@ -126,6 +127,9 @@ def command(
     block_length: Annotated[int | None, typer.Option(
         "--block-length", envvar=_env("BLOCK_LENGTH"), min=1, show_default=False,
         help="Default diffusion block length.")] = None,
+    verify: Annotated[bool | None, typer.Option(
+        "--verify/--no-verify", envvar=_env("VERIFY"), show_default=False,
+        help="Diffusion: check each block against greedy AR at its commit (default: on when greedy).")] = None,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", envvar=_env("MAX_QUEUE"), min=0,
         help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
@@ -166,7 +170,7 @@ def command(
         allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
-        offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
+        verify=verify, offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
         slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))
     from clover_runtime.torch_backend.group import request_device
 
@@ -242,6 +246,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
                         ("--block-length", opts.block_length)):
         if value is not None:
             args += [flag, str(value)]
+    if opts.verify is not None:
+        args.append("--verify" if opts.verify else "--no-verify")
     return args
 
 
@@ -326,7 +332,7 @@ def _foreground(opts: ServeOptions) -> None:
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
         timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
-        block_length=opts.block_length, ctx_checkpoints=opts.ctx_checkpoints,
+        block_length=opts.block_length, verify=opts.verify, ctx_checkpoints=opts.ctx_checkpoints,
         checkpoint_every=opts.checkpoint_every,
         slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
         shutdown_token=token, build=f"clover-{__version__}")

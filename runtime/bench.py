@@ -60,6 +60,7 @@ class BenchConfig:
     threshold: float | None = None
     expert_coreset: int | None = None
     reveal_k: int | None = None  # dg: a fixed number of tokens revealed per pass (None: the threshold)
+    verify: bool | None = None  # dg: commits check blocks against greedy AR (None: the decoder's default)
 
 
 @dataclass
@@ -106,10 +107,10 @@ def make_tests(n_prompt: Sequence[int], n_gen: Sequence[int], pg: Sequence[tuple
 
 def make_configs(threads: Sequence[int], backends: Sequence[str], block_lengths: Sequence[int | None],
                  thresholds: Sequence[float | None], coresets: Sequence[int | None],
-                 reveal_ks: Sequence[int | None] = ()) -> list[BenchConfig]:
-    return [BenchConfig(*combo) for combo in itertools.product(threads, backends, block_lengths or [None],
-                                                               thresholds or [None], coresets or [None],
-                                                               reveal_ks or [None])]
+                 reveal_ks: Sequence[int | None] = (), verify: bool | None = None) -> list[BenchConfig]:
+    return [BenchConfig(*combo, verify=verify)
+            for combo in itertools.product(threads, backends, block_lengths or [None], thresholds or [None],
+                                           coresets or [None], reveal_ks or [None])]
 
 
 def synthetic_tokens(n: int, n_real: int, seed: int = 1234) -> list[int]:
@@ -154,7 +155,7 @@ def decoder_runner() -> DiffusionRunner:
     def run(model: Any, prompt: list[int], n: int, cfg: BenchConfig, state: Any) -> dict[str, float]:
         params = decoding.DecodeParams(decode="diffusion", max_tokens=n, stop_ids=frozenset(),
                                        block_length=cfg.block_length, threshold=cfg.threshold,
-                                       expert_coreset=cfg.expert_coreset, reveal_k=cfg.reveal_k,
+                                       expert_coreset=cfg.expert_coreset, reveal_k=cfg.reveal_k, verify=cfg.verify,
                                        sampling=decoding.SamplingParams(temperature=0.0))
         start = time.perf_counter_ns()
         stats: Any = None
@@ -332,7 +333,7 @@ def records(facts: ModelFacts, cfg: BenchConfig, results: Sequence[BenchResult],
             "stddev_ts": r.stddev_ts, "samples_ns": list(r.samples_ns), "samples_ts": r.samples_ts,
             "test": t.name, "clover_version": build.version, "clover_backend": cfg.backend,
             "diffusion": t.diffusion, "block_length": cfg.block_length, "threshold": cfg.threshold,
-            "expert_coreset": cfg.expert_coreset, "reveal_k": cfg.reveal_k,
+            "expert_coreset": cfg.expert_coreset, "reveal_k": cfg.reveal_k, "verify": cfg.verify,
         }
         rec.update(device or {})
         if t.diffusion:

@@ -19,6 +19,7 @@ from clover_runtime.decoding.policy import (
     fixed_count_reveal,
     logit_rows_for,
     low_confidence_reveal,
+    verify_commits,
 )
 from decoding_models import successor_model_path
 from synth_models import tiny_model_path
@@ -57,11 +58,15 @@ def test_policy_functions() -> None:
     assert choose_decode_mode("auto", True)[:2] == ("diffusion", True)
     assert choose_decode_mode("auto", False)[:2] == ("ar", True)
     assert choose_decode_mode("diffusion", False)[:2] == ("diffusion", False)
+    assert verify_commits(None, 0.0) and verify_commits(True, 0.0) and not verify_commits(False, 0.0)
+    assert not verify_commits(None, 0.7) and not verify_commits(True, 0.7)  # sampling: kept as revealed
+    assert not verify_commits(None, 0.0, fixed_reveal=True) and verify_commits(True, 0.0, fixed_reveal=True)
 
 
 def test_threshold_one_reveals_one_token_per_pass_deterministically(tiny) -> None:
-    a, toks_a, stats = _run(tiny, PROMPT, decode="diffusion", threshold=1.0, max_tokens=40, block_length=16)
-    b, toks_b, _ = _run(tiny, PROMPT, decode="diffusion", threshold=1.0, max_tokens=40, block_length=16)
+    kw = {"decode": "diffusion", "threshold": 1.0, "max_tokens": 40, "block_length": 16, "verify": False}
+    a, toks_a, stats = _run(tiny, PROMPT, **kw)
+    b, toks_b, _ = _run(tiny, PROMPT, **kw)
     assert toks_a == toks_b and len(toks_a) == 40
     passes = [e for e in a if isinstance(e, PassEvent)]
     assert [len(e.revealed) for e in passes] == [1] * len(passes)
@@ -79,11 +84,14 @@ def test_every_block_resolves_within_block_length_passes(tiny) -> None:
     assert len(toks) == 64
 
 
-def test_commit_leaves_the_state_of_a_plain_causal_forward(tiny) -> None:
+@pytest.mark.parametrize("verify", [False, True])
+def test_commit_leaves_the_state_of_a_plain_causal_forward(tiny, verify: bool) -> None:
+    """Also after the verifying commit cut blocks (restore, then a causal forward of the kept tokens)."""
     state = tiny.new_state(128)
-    events = list(generate(tiny, PROMPT, DecodeParams(decode="diffusion", max_tokens=16, block_length=8),
-                           state=state))
+    events = list(generate(tiny, PROMPT, DecodeParams(decode="diffusion", max_tokens=16, block_length=8,
+                                                      verify=verify), state=state))
     toks = [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids]
+    assert (events[-1].stats.corrections > 0) == verify  # random weights: the preview and AR disagree
     ref = tiny.new_state(128)
     tiny.forward(PROMPT + toks, ref)
     assert state.n_past == ref.n_past == len(PROMPT) + 16
@@ -99,6 +107,30 @@ def test_ar_mode_equals_the_engine_greedy_generation(tiny) -> None:
     _, toks, stats = _run(tiny, PROMPT, decode="ar", max_tokens=24)
     assert toks == list(generate_ar(tiny, PROMPT, max_tokens=24))
     assert stats.decode_mode == "ar" and stats.tokens_per_forward <= 1.0
+
+
+@pytest.mark.parametrize("prompt", [PROMPT, [40, 7, 300, 2, 99, 5, 18], [250]])
+def test_verified_diffusion_writes_what_greedy_ar_writes(tiny, prompt: list[int]) -> None:
+    """Random weights: the preview's guesses are mostly wrong, so the check cuts most blocks; the
+    text is AR's all the same. Unchecked, the same decoder writes something else."""
+    ar = list(generate_ar(tiny, prompt, max_tokens=40))
+    _, checked, stats = _run(tiny, prompt, decode="diffusion", max_tokens=40, block_length=16)
+    assert checked == ar and stats.corrections > 0
+    _, unchecked, _ = _run(tiny, prompt, decode="diffusion", max_tokens=40, block_length=16, verify=False)
+    assert unchecked != ar
+
+
+def test_verified_diffusion_stops_where_greedy_ar_stops(tiny) -> None:
+    full = list(generate_ar(tiny, PROMPT, max_tokens=40))
+    stop = full[20]
+    ar = list(generate_ar(tiny, PROMPT, max_tokens=40, stop_ids=[stop]))
+    assert len(ar) <= 20
+    state = tiny.new_state(128)
+    events = list(generate(tiny, PROMPT, DecodeParams(decode="diffusion", max_tokens=40, block_length=16,
+                                                      stop_ids=frozenset({stop})), state=state))
+    assert [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids] == ar
+    assert events[-1].stats.finish_reason == "stop" and events[-1].stats.stop_token == stop
+    assert state.n_past <= len(PROMPT) + len(ar)  # the stopping block is not left in the state
 
 
 def test_known_answer_model_continues_the_sequence() -> None:

@@ -70,15 +70,18 @@ def test_manifest_describes_the_shipped_file() -> None:
     assert "training/train.py" in manifest["command"]
 
 
-def test_held_out_arithmetic_in_ar_mode_and_tokens_per_pass_in_diffusion(chat, held_out: demo_corpus.Corpus) -> None:
+def test_held_out_arithmetic_in_both_modes_and_tokens_per_forward(chat, held_out: demo_corpus.Corpus) -> None:
     pairs = held_out.held_out_arithmetic
     pairs = pairs[:: len(pairs) // N_PAIRS][:N_PAIRS]
     ar = demo_eval.arithmetic(chat, pairs, "ar", 128)
     assert ar["accuracy"] >= 0.9, ar
     assert ar["tokens_per_forward"] <= 1.0 + 1e-9
-    diffusion = demo_eval.arithmetic(chat, pairs, "diffusion", 128)
-    assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # a confident model, unlike random weights
-    assert diffusion["accuracy"] >= 0.25, diffusion  # 30 % measured on these 40 (issue 15 asks for 90 %)
+    diffusion = demo_eval.arithmetic(chat, pairs, "diffusion", 128)  # commits checked: clover's default
+    assert (diffusion["accuracy"], diffusion["exact"]) == (ar["accuracy"], ar["exact"]), (diffusion, ar)
+    assert diffusion["tokens_per_forward"] >= 2.0, diffusion  # 2.1 measured on these 40 (issue 15 asks 2.5)
+    unchecked = demo_eval.arithmetic(chat, pairs, "diffusion", 128, verify=False)  # as the vendor decodes
+    assert unchecked["tokens_per_forward"] >= 2.5, unchecked  # a confident model, unlike random weights
+    assert unchecked["accuracy"] >= 0.25, unchecked  # 30 % measured on these 40 (issue 15 asks for 90 %)
 
 
 @pytest.mark.parametrize("extra", [[], ["--decode", "ar", "-sys", demo_corpus.SYSTEM]])

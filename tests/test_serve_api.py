@@ -112,7 +112,7 @@ def test_raw_sse_framing_and_timings(server):
 def test_stream_text_arrives_once_per_committed_block(server):
     """Progress frames show a block resolving; its text follows only once no position is masked."""
     body = {"messages": _messages(), "max_tokens": 40, "stream": True, "return_progress": True,
-            "block_length": 8, **GREEDY}
+            "block_length": 8, "verify": False, **GREEDY}  # unchecked: no block is cut short
     with server.client() as c, c.stream("POST", "/v1/chat/completions", json=body) as r:
         chunks = [json.loads(e) for e in sse_events(r.iter_lines()) if e != "[DONE]"]
     kinds, last_progress, runs = [], None, 0
@@ -130,6 +130,23 @@ def test_stream_text_arrives_once_per_committed_block(server):
     blocks = chunks[-1]["timings"]["blocks"]
     assert blocks == 5 and runs == blocks  # 40 tokens in blocks of 8, each block's text in one delta
     assert last_progress["block"] == blocks - 1
+
+
+def test_greedy_diffusion_answers_what_ar_answers_unless_verify_is_false(server):
+    """Random weights: the preview's blocks are mostly wrong; the checked commit makes the text AR's,
+    and `"verify": false` (a clover field, through the SDK's extra_body) keeps the blocks as revealed."""
+    client = server.openai()
+
+    def ask(**extra: object) -> str | None:
+        res = client.chat.completions.create(model="tiny-test", messages=_messages(), max_tokens=24,
+                                             extra_body=extra, **GREEDY)
+        return res.choices[0].message.content
+
+    ar = ask(decode="ar")
+    assert ask(decode="diffusion") == ar
+    assert ask(decode="diffusion", verify=False) != ar
+    with server.client() as c:
+        assert c.get("/props").json()["default_generation_settings"]["params"]["verify"] is None
 
 
 def test_template_errors_are_400(server):

@@ -179,7 +179,7 @@ class Backend:
         return DecodeParams(
             **_drop_none(decode=req.decode or s.decode, block_length=req.block_length or s.block_length,
                          threshold=req.threshold or s.threshold, max_tokens=req.token_limit(),
-                         stop=req.stop),
+                         stop=req.stop, verify=s.verify if req.verify is None else req.verify),
             sampling=sampling)
 
     @property

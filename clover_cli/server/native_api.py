@@ -61,7 +61,7 @@ async def props(request: Request) -> Any:
         "default_generation_settings": {
             "n_ctx": s.n_ctx_slot,
             "params": {"decode": s.decode or "auto", "threshold": s.threshold,
-                       "block_length": s.block_length},
+                       "block_length": s.block_length, "verify": s.verify},
         },
         "modalities": {"vision": False, "audio": False},
     }

@@ -99,6 +99,7 @@ class Sampling(_Model):
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     block_length: int | None = Field(default=None, ge=1, le=4096)
     decode: Literal["auto", "diffusion", "ar"] | None = None
+    verify: bool | None = None  # diffusion: the commit checks each block against greedy AR
     return_progress: bool = False
     logit_bias: dict[str, float] | None = None
 

@@ -35,6 +35,7 @@ class ServerSettings:
     decode: str | None = None
     threshold: float | None = None
     block_length: int | None = None
+    verify: bool | None = None
     ctx_checkpoints: int = 8  # prompt-cache checkpoints per slot (--ctx-checkpoints)
     checkpoint_every: int = 2048  # and one every N tokens of a long prefill (--checkpoint-every)
     slot_save_path: str | None = None  # folder for POST /slots/{id}?action=save|restore (--slot-save-path)

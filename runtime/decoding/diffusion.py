@@ -126,6 +126,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
     max_passes = int(params.max_passes or policy.default_max_passes(block_length))
     stops = _stop_ids(model, params)
+    verify = policy.verify_commits(params.verify, sp.temperature, params.reveal_k is not None)
     history: Counter = Counter()
     block_index = 0
     stats.finish_reason = "length"
@@ -135,6 +136,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             return
         block = np.full(size, mask, dtype=np.int64)
         masked = np.ones(size, dtype=bool)
+        before = history.copy()
         passes = 0
         while masked.any():
             if cancel is not None and cancel.is_set():
@@ -169,9 +171,12 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                 history[int(tokens[j])] += 1
             yield PassEvent(block_index, passes, tuple(int(t) for t in block), int(masked.sum()),
                             tuple(int(positions[j]) for j in reveal))
+        if verify:
+            block, last_logits = _verified_commit(model, block, state, last_logits, before, sp, stops, stats)
+            history = before + Counter(int(t) for t in block)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
-        if cut is None:
+        if cut is None and not verify:
             last_logits = model.commit(block, state)
             stats.forwards += 1
         stats.generated_tokens += len(final)
@@ -182,3 +187,35 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             stats.finish_reason = "stop"
             stats.stop_token = int(block[cut])
             return
+
+
+def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
+                     sp: SamplingParams, stops: frozenset[int], stats: GenerationStats) -> tuple[np.ndarray, Any]:
+    """Commit a resolved block through its stop token (if any), keeping the longest prefix greedy AR
+    agrees with plus AR's own token where they first differ (`policy.verify_commits`).
+
+    Returns the kept tokens and the logits that predict the next position (None after a stop).
+    The state ends after the kept tokens; a block that stops leaves it as it was, as an
+    unverified stop does. A cut costs one more causal forward, over the kept tokens."""
+    cut = policy.first_stop(block.tolist(), stops)
+    n = len(block) if cut is None else cut + 1
+    snapshot = state.copy()
+    rows = model.forward(block[:n], state)
+    stats.forwards += 1
+    seen = history.copy()
+    for i in range(n):
+        logits = last_logits if i == 0 else rows[i - 1]
+        token = int(pick(apply_penalties(logits[None, :], seen, sp), sp, None)[0][0])
+        if token != int(block[i]):
+            stats.corrections += 1
+            kept = np.append(block[:i], token)
+            model.restore(state, snapshot)
+            if token in stops:
+                return kept, None
+            stats.forwards += 1
+            return kept, model.forward(kept, state, last_only=True)[0]
+        seen[token] += 1
+    if cut is not None:
+        model.restore(state, snapshot)
+        return block[:n], None
+    return block, rows[-1]

@@ -33,6 +33,7 @@ class GenerationStats:
     forwards: int = 0  # model passes after the prefill: preview passes + commits (AR: one per token)
     passes: int = 0  # preview passes (AR: one per token)
     blocks: int = 0
+    corrections: int = 0  # blocks the verifying commit cut where greedy AR picks another token
     experts_per_pass: float = 0.0  # distinct experts per layer per preview pass (mean)
     finish_reason: str = "stop"  # stop | length | cancelled
     decode_mode: str = "ar"

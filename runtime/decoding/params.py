@@ -33,6 +33,7 @@ class DecodeParams:
     expert_coreset: int | None = None
     reveal_k: int | None = None  # a fixed number of positions revealed per pass instead of the threshold
     gdn_preview: str = "auto"
+    verify: bool | None = None  # the commit checks each block against greedy AR (None: on when greedy)
     max_tokens: int = 512
     stop_ids: frozenset[int] = frozenset()
     stop: list[str] | str | None = None  # stop strings, applied to text by the chat session

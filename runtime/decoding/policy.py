@@ -58,6 +58,21 @@ def logit_rows_for(masked: Sequence[int], shift_logits: bool) -> tuple[list[int]
     return rows, 0 in masked
 
 
+def verify_commits(requested: bool | None, temperature: float, fixed_reveal: bool = False) -> bool:
+    """Whether the commit pass checks each resolved block against greedy AR decoding.
+
+    The commit is a causal forward over the block, so it predicts every position from the exact
+    prefix for free; where its greedy pick differs from the revealed token, the block is cut there
+    and that pick replaces it (speculative decoding with the preview as the draft). Greedy output
+    is then exactly what `--decode ar` writes. On by default for greedy decoding (the vendor's
+    decoder keeps the block as revealed: `--no-verify`); sampling keeps the block as revealed,
+    since a greedy check would change the distribution. A fixed reveal count (`bench --reveal-k`)
+    measures speed at a known number of tokens per pass and is checked only when asked."""
+    if requested is None:
+        return temperature <= 0 and not fixed_reveal
+    return bool(requested) and temperature <= 0
+
+
 def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:
     """Index of the first stop token in a resolved block, or None: generation ends there."""
     for i, t in enumerate(tokens):
