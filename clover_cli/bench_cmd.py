@@ -39,9 +39,9 @@ def command(
                                                help="Experts shared by a diffusion block.")] = None,
     reveal_k: Annotated[_L, typer.Option("--reveal-k", help="dg: reveal exactly K tokens per pass instead of "
                                          "by threshold (e.g. 1,2,4,8; speed at a known tokens per pass).")] = None,
-    verify: Annotated[bool | None, typer.Option(
-        "--verify/--no-verify", show_default=False,
-        help="dg: check each block against greedy AR at its commit (default: on, except with --reveal-k).")] = None,
+    verify: Annotated[bool, typer.Option(
+        "--verify/--no-verify",
+        help="dg: check each block against greedy AR at its commit (synthetic prompts: mostly cut).")] = False,
     output: Annotated[str, typer.Option("-o", "--output", help="md, csv, json or jsonl.")] = "md",
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="No warm-up run.")] = False,
     offline: Annotated[bool, typer.Option("--offline", help="Use only models already on disk.")] = False,

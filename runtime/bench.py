@@ -60,7 +60,7 @@ class BenchConfig:
     threshold: float | None = None
     expert_coreset: int | None = None
     reveal_k: int | None = None  # dg: a fixed number of tokens revealed per pass (None: the threshold)
-    verify: bool | None = None  # dg: commits check blocks against greedy AR (None: the decoder's default)
+    verify: bool = False  # dg: commits check blocks against greedy AR (off: synthetic prompts)
 
 
 @dataclass
@@ -107,7 +107,7 @@ def make_tests(n_prompt: Sequence[int], n_gen: Sequence[int], pg: Sequence[tuple
 
 def make_configs(threads: Sequence[int], backends: Sequence[str], block_lengths: Sequence[int | None],
                  thresholds: Sequence[float | None], coresets: Sequence[int | None],
-                 reveal_ks: Sequence[int | None] = (), verify: bool | None = None) -> list[BenchConfig]:
+                 reveal_ks: Sequence[int | None] = (), verify: bool = False) -> list[BenchConfig]:
     return [BenchConfig(*combo, verify=verify)
             for combo in itertools.product(threads, backends, block_lengths or [None], thresholds or [None],
                                            coresets or [None], reveal_ks or [None])]
