@@ -138,7 +138,7 @@ def test_visual_mode_shows_the_block_resolving(model: str, tmp_path: Path) -> No
     import re
 
     child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", model, "--visual", "-n", "64", "--no-think",
-                                           "--decode", "diffusion"],
+                                           "--decode", "diffusion", "--no-verify"],  # random weights
                           env=_env(tmp_path), encoding="utf-8", codec_errors="replace", timeout=120,
                           dimensions=(40, 120))
     try:
