@@ -136,7 +136,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             return
         block = np.full(size, mask, dtype=np.int64)
         masked = np.ones(size, dtype=bool)
-        before = history.copy()
+        before = history.copy() if verify else history  # what AR's picks are penalised by
         passes = 0
         while masked.any():
             if cancel is not None and cancel.is_set():
@@ -172,7 +172,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             yield PassEvent(block_index, passes, tuple(int(t) for t in block), int(masked.sum()),
                             tuple(int(positions[j]) for j in reveal))
         if verify:
-            block, last_logits = _verified_commit(model, block, state, last_logits, before, sp, stops, stats)
+            block, last_logits = _verified_commit(model, block, state, last_logits, before, sp, rng, stops, stats)
             history = before + Counter(int(t) for t in block)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
@@ -190,7 +190,8 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
 
 
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
-                     sp: SamplingParams, stops: frozenset[int], stats: GenerationStats) -> tuple[np.ndarray, Any]:
+                     sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
+                     stats: GenerationStats) -> tuple[np.ndarray, Any]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix greedy AR
     agrees with plus AR's own token where they first differ (`policy.verify_commits`).
 
@@ -205,7 +206,7 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     seen = history.copy()
     for i in range(n):
         logits = last_logits if i == 0 else rows[i - 1]
-        token = int(pick(apply_penalties(logits[None, :], seen, sp), sp, None)[0][0])
+        token = int(pick(apply_penalties(logits[None, :], seen, sp), sp, rng)[0][0])  # greedy: rng unused
         if token != int(block[i]):
             stats.corrections += 1
             kept = np.append(block[:i], token)
