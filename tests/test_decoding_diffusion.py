@@ -86,18 +86,23 @@ def test_every_block_resolves_within_block_length_passes(tiny) -> None:
 
 @pytest.mark.parametrize("verify", [False, True])
 def test_commit_leaves_the_state_of_a_plain_causal_forward(tiny, verify: bool) -> None:
-    """Also after the verifying commit cut blocks (restore, then a causal forward of the kept tokens)."""
+    """Also after the verifying commit cut blocks (restore, then the kept tokens go in with the next
+    commit). The state holds what was committed: all of it unchecked, and checked all but the
+    tokens of a cut block still waiting for a commit when max_tokens ran out (as AR leaves its
+    last token)."""
     state = tiny.new_state(128)
     events = list(generate(tiny, PROMPT, DecodeParams(decode="diffusion", max_tokens=16, block_length=8,
                                                       verify=verify), state=state))
     toks = [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids]
     assert (events[-1].stats.corrections > 0) == verify  # random weights: the preview and AR disagree
+    assert len(toks) == 16
+    held = (PROMPT + toks)[: state.n_past]
+    assert len(held) == state.n_past > len(PROMPT) + (15 if not verify else 0)
     ref = tiny.new_state(128)
-    tiny.forward(PROMPT + toks, ref)
-    assert state.n_past == ref.n_past == len(PROMPT) + 16
+    tiny.forward(held, ref)
     for layer in tiny.config.attention_layers:
         for got, want in zip(state.kv(layer), ref.kv(layer), strict=True):
-            np.testing.assert_allclose(got[: state.n_past], want[: ref.n_past], rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(got[:, : state.n_past], want[:, : ref.n_past], rtol=1e-4, atol=1e-5)
     for layer in tiny.config.gdn_layers:
         for got, want in zip(state.gdn(layer), ref.gdn(layer), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

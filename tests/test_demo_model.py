@@ -78,7 +78,7 @@ def test_held_out_arithmetic_in_both_modes_and_tokens_per_forward(chat, held_out
     assert ar["tokens_per_forward"] <= 1.0 + 1e-9
     diffusion = demo_eval.arithmetic(chat, pairs, "diffusion", 128)  # commits checked: clover's default
     assert (diffusion["accuracy"], diffusion["exact"]) == (ar["accuracy"], ar["exact"]), (diffusion, ar)
-    assert diffusion["tokens_per_forward"] >= 2.0, diffusion  # 2.1 measured on these 40 (issue 15 asks 2.5)
+    assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # issue 15's target; 3.7 measured on these 40
     unchecked = demo_eval.arithmetic(chat, pairs, "diffusion", 128, verify=False)  # as the vendor decodes
     assert unchecked["tokens_per_forward"] >= 2.5, unchecked  # a confident model, unlike random weights
     assert unchecked["accuracy"] >= 0.25, unchecked  # 30 % measured on these 40 (issue 15 asks for 90 %)

@@ -129,14 +129,25 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     verify = policy.verify_commits(params.verify, sp.temperature, params.reveal_k is not None)
     history: Counter = Counter()
     block_index = 0
+    carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
+    before: Counter = Counter()
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
-        size = min(block_length, params.max_tokens - stats.generated_tokens, state.remaining)
-        if size <= 0:
-            return
+        c = len(carried)
+        size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining)
+        if size <= c:  # a whole block kept: commit it as it is, then go on with a fresh one
+            if c == 0 or state.remaining <= c:
+                return
+            last_logits = model.forward(carried, state, last_only=True)[0]
+            stats.forwards += 1
+            carried = carried[:0]
+            continue
         block = np.full(size, mask, dtype=np.int64)
+        block[:c] = carried
         masked = np.ones(size, dtype=bool)
-        before = history.copy() if verify else history  # what AR's picks are penalised by
+        masked[:c] = False
+        if not c:
+            before = history.copy() if verify else history  # what AR's picks are penalised by
         passes = 0
         while masked.any():
             if cancel is not None and cancel.is_set():
@@ -169,19 +180,23 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                 block[positions[j]] = tokens[j]
                 masked[positions[j]] = False
                 history[int(tokens[j])] += 1
-            yield PassEvent(block_index, passes, tuple(int(t) for t in block), int(masked.sum()),
-                            tuple(int(positions[j]) for j in reveal))
+            yield PassEvent(block_index, passes, tuple(int(t) for t in block[c:]), int(masked.sum()),
+                            tuple(int(positions[j]) - c for j in reveal))
+        carried = np.empty(0, dtype=np.int64)
         if verify:
-            block, last_logits = _verified_commit(model, block, state, last_logits, before, sp, rng, stops, stats)
+            block, last_logits, cut_at = _verified_commit(model, block, state, last_logits, before, sp, rng, stops,
+                                                           stats, start=c)
             history = before + Counter(int(t) for t in block)
+            if cut_at is not None and int(block[-1]) not in stops:
+                carried = block
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
         if cut is None and not verify:
             last_logits = model.commit(block, state)
             stats.forwards += 1
-        stats.generated_tokens += len(final)
+        stats.generated_tokens += len(final) - c
         stats.blocks += 1
-        yield BlockEvent(block_index, tuple(int(t) for t in final))
+        yield BlockEvent(block_index, tuple(int(t) for t in final[c:]))
         block_index += 1
         if cut is not None:
             stats.finish_reason = "stop"
@@ -191,32 +206,29 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
 
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
-                     stats: GenerationStats) -> tuple[np.ndarray, Any]:
+                     stats: GenerationStats, start: int = 0) -> tuple[np.ndarray, Any, int | None]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix greedy AR
     agrees with plus AR's own token where they first differ (`policy.verify_commits`).
 
-    Returns the kept tokens and the logits that predict the next position (None after a stop).
-    The state ends after the kept tokens; a block that stops leaves it as it was, as an
-    unverified stop does. A cut costs one more causal forward, over the kept tokens."""
+    Returns (tokens, logits, cut). Without a cut: the block, committed, and the logits that predict
+    the next position (None after a stop). At a cut: the kept tokens and AR's one, the state
+    returned to the block's start and the logits unchanged, so the next block starts with them
+    known (no forward of its own). The first `start` tokens are AR's already."""
     cut = policy.first_stop(block.tolist(), stops)
     n = len(block) if cut is None else cut + 1
     snapshot = state.copy()
     rows = model.forward(block[:n], state)
     stats.forwards += 1
-    seen = history.copy()
-    for i in range(n):
+    seen = history + Counter(int(t) for t in block[:start])
+    for i in range(start, n):
         logits = last_logits if i == 0 else rows[i - 1]
         token = int(pick(apply_penalties(logits[None, :], seen, sp), sp, rng)[0][0])  # greedy: rng unused
         if token != int(block[i]):
             stats.corrections += 1
-            kept = np.append(block[:i], token)
             model.restore(state, snapshot)
-            if token in stops:
-                return kept, None
-            stats.forwards += 1
-            return kept, model.forward(kept, state, last_only=True)[0]
+            return np.append(block[:i], token), (None if token in stops else last_logits), i
         seen[token] += 1
     if cut is not None:
         model.restore(state, snapshot)
-        return block[:n], None
-    return block, rows[-1]
+        return block[:n], None, None
+    return block, rows[-1], None

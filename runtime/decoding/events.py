@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class PassEvent:
-    """One preview pass finished; `tokens` is the block with mask ids where still masked."""
+    """One preview pass finished; `tokens` is the block with mask ids where still masked (without
+    the tokens a checked commit kept from the block before, which were emitted with it)."""
 
     block: int
     pass_index: int
