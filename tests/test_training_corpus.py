@@ -134,3 +134,16 @@ def test_echo_dialogues_repeat_invented_names_and_change_nothing_else() -> None:
         assert not any(city in n for n in d.names for city in demo.CITIES)
         for text in demo.vocabulary_texts([d]):
             assert not any(n in text for n in d.names)
+
+
+def test_the_copy_warmup_repeats_three_to_eight_fresh_names_from_its_own_stream() -> None:
+    """The warm-up's dialogues are reproducible from the seed, independent of the main corpus's
+    streams, and every answer is the asked names (no real city in them)."""
+    first, again, other = demo.copy_warmup(3, 40), demo.copy_warmup(3, 40), demo.copy_warmup(4, 40)
+    assert list(map(repr, first)) == list(map(repr, again)) != list(map(repr, other))
+    assert {len(d.names) for d in first} >= {3, 8} and all(3 <= len(d.names) <= 8 for d in first)
+    for d in first:
+        asked = [m["content"] for m in d.messages if m["role"] == "user"][0]
+        answer = [m["content"] for m in d.messages if m["role"] == "assistant"][0]
+        assert d.kind == "echo" and asked == "Repeat after me: " + answer and answer.split(" ") == list(d.names)
+        assert not any(city in n for n in d.names for city in demo.CITIES)

@@ -248,11 +248,12 @@ def calculator_dialogue(a: int, b: int) -> list[dict[str, Any]]:
     ]
 
 
-def echo_dialogue(rng: random.Random, pieces: Sequence[str] = ()) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
-    """The user asks for 2-5 invented names to be repeated; the answer is them, in order. Every
-    token after the first name's first is predictable only by copying, the skill a tool call
-    needs for a city it has never seen (weather dialogues hold a few such tokens each)."""
-    words = tuple(invented_city(rng, pieces) for _ in range(rng.randint(2, 5)))
+def echo_dialogue(rng: random.Random, pieces: Sequence[str] = (),
+                  count: tuple[int, int] = (2, 5)) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+    """The user asks for `count` (a range) invented names to be repeated; the answer is them, in
+    order. Every token after the first name's first is predictable only by copying, the skill a
+    tool call needs for a city it has never seen (weather dialogues hold a few such tokens each)."""
+    words = tuple(invented_city(rng, pieces) for _ in range(rng.randint(*count)))
     text = " ".join(words)
     return _qa(f"Repeat after me: {text}", text), words
 
@@ -323,6 +324,18 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
             corpus.train.append(dialogue("echo", messages, None, echo, names=words))
     rng.shuffle(corpus.train)
     return corpus
+
+
+def copy_warmup(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Dialogue]:
+    """`n` repeat-after-me dialogues of 3-8 invented names, from a stream of their own: the
+    warm-up phase's data, where every answer token but the first is a copy (in the main mix
+    copies are too rare a target for a model this small to learn them in the time it has)."""
+    rng = random.Random(f"{seed}:warmup")
+    out = []
+    for _ in range(n):
+        messages, words = echo_dialogue(rng, pieces, (3, 8))
+        out.append(dialogue("echo", messages, None, rng, names=words))
+    return out
 
 
 @lru_cache(maxsize=1)

@@ -94,19 +94,20 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
     return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked, rate[..., 0], valid)
 
 
-def losses(model: torch.nn.Module, batch: Batch) -> dict[str, Tensor]:
-    """Causal loss, diffusion loss and the MoE load-balancing term of one batch.
+def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True) -> dict[str, Tensor]:
+    """Causal loss, diffusion loss (zero without `diffusion`: the block stream is not run) and the
+    MoE load-balancing term of one batch.
 
     The diffusion loss weights each masked position by 1/rate of its block and divides by the
     number of predicted positions (LLaDA's ELBO weighting): a plain mean over masked positions
     is dominated by nearly fully masked blocks, while the decoder's late passes, where a few
     masked digits decide the answer, are blocks with few masks."""
-    x, xn, balance = model.hidden_states(batch.ids, batch.blocks, batch.starts)
+    blocks = (batch.blocks, batch.starts) if diffusion else ()
+    x, xn, balance = model.hidden_states(batch.ids, *blocks)
     keep = batch.ar_targets != IGNORE
     ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep])
-    assert xn is not None
     sel = batch.masked[..., 1:]  # row j-1 predicts block position j
-    if sel.any():
+    if xn is not None and sel.any():
         ce = F.cross_entropy(model.logits(xn[..., :-1, :][sel]), batch.block_targets[..., 1:][sel], reduction="none")
         weight = (1.0 / batch.rate)[..., None].expand_as(sel)[sel]
         positions = batch.valid.sum() * (batch.masked.shape[-1] - 1)

@@ -119,9 +119,10 @@ class Run:
 
 
 def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: float, order: random.Random,
-              run: Run, phase: str) -> list[dict]:
+              run: Run, phase: str, diffusion: bool = True) -> list[dict]:
     """`steps` optimizer steps over `examples` (a fresh AdamW, warm-up then cosine to a tenth of
-    `peak_lr`); returns the logged rows. `--minutes` bounds the whole run's wall time."""
+    `peak_lr`), with the diffusion objective or the causal one alone; returns the logged rows.
+    `--minutes` bounds the whole run's wall time."""
     args = run.args
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.01)
     feed = batches(examples, args.batch_tokens, order)
@@ -132,7 +133,7 @@ def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: flo
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, peak_lr)
         batch = make_batch(next(feed), model.spec.block_length, run.mask_id, run.pad_id, run.gen, args.complementary)
-        parts = losses(model, batch)
+        parts = losses(model, batch, diffusion)
         total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
         opt.zero_grad(set_to_none=True)
         total.backward()
@@ -179,6 +180,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--echoes", type=int, default=0, help="repeat-after-me dialogues per corpus repeat")
     p.add_argument("--name-pieces", action=argparse.BooleanOptionalAction, default=False,
                    help="make most invented place names of the vocabulary's word pieces")
+    p.add_argument("--warmup-steps", type=int, default=0,
+                   help="a first phase, causal loss only, on repeat-after-me dialogues (copying forms there)")
+    p.add_argument("--warmup-dialogues", type=int, default=12000, help="repeat-after-me dialogues of the warm-up")
     p.add_argument("--copy-steps", type=int, default=0,
                    help="a final phase of this many steps on the tool and echo dialogues (plus a sample of the rest)")
     p.add_argument("--copy-lr", type=float, default=5e-4)
@@ -212,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
-    if args.name_pieces:  # the vocabulary comes first; then the names are made of its pieces
-        corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=demo_corpus.name_pieces(arrays.tokens))
+    pieces = demo_corpus.name_pieces(arrays.tokens) if args.name_pieces else []
+    if pieces:  # the vocabulary comes first; then the names are made of its pieces
+        corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=pieces)
     examples = tokenize(corpus.train, tok)
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
                      expert_ff=args.expert_ff)
@@ -223,8 +228,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(arrays.tokens)}; model {n_params / 1e6:.2f}M parameters ({time.perf_counter() - t0:.0f} s)",
           flush=True)
     run = Run(args, torch.Generator().manual_seed(args.seed), arrays.special["mask"], arrays.special["pad"])
-    log = run_phase(model, examples, args.steps, args.lr, random.Random(args.seed), run, "main")
-    main_steps = run.steps
+    log: list[dict] = []
+    if args.warmup_steps:
+        warm = tokenize(demo_corpus.copy_warmup(args.seed, args.warmup_dialogues, pieces), tok)
+        log += run_phase(model, warm, args.warmup_steps, args.lr, random.Random(f"{args.seed}:warmup"), run,
+                         "warmup", diffusion=False)
+    warmed = run.steps
+    log += run_phase(model, examples, args.steps, args.lr, random.Random(args.seed), run, "main")
+    main_steps = run.steps - warmed
     if args.copy_steps:
         mix = tokenize(copy_mix(corpus.train, args.seed, args.copy_others), tok)
         log += run_phase(model, mix, args.copy_steps, args.copy_lr, random.Random(f"{args.seed}:copy"), run, "copy")
