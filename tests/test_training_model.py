@@ -132,25 +132,25 @@ def test_export_is_byte_reproducible_and_selects_exact_diffusion(tmp_path: Path)
 
 def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> None:
     """train.py twice with the same seed and step count (names of vocabulary pieces, echo
-    dialogues, results stated first, a causal-only warm-up and a copy phase): the same GGUF bytes;
-    the loss of every phase is logged, and the manifest's command names every option that changed
-    what was trained."""
+    dialogues, results stated first, a causal-only warm-up, a copy phase and a final phase without
+    the echoes): the same GGUF bytes; the loss of every phase is logged, and the manifest's command
+    names every option that changed what was trained."""
     import ship
     import train
 
     args = ["--seed", "4", "--steps", "3", "--log-every", "1", "--arithmetic-pairs", "40", "--repeats", "1",
             "--hidden", "64", "--expert-ff", "32", "--vocab-size", "512", "--batch-tokens", "1024", "--threads", "1",
             "--name-pieces", "--echoes", "3", "--result-first", "--copy-steps", "2", "--copy-others", "5",
-            "--warmup-steps", "2", "--warmup-dialogues", "20"]
+            "--warmup-steps", "2", "--warmup-dialogues", "20", "--final-steps", "2"]
     for run in ("a", "b"):
         assert train.main([*args, "--out", str(tmp_path / run)]) == 0
     for quant in ("F16", "Q8_0"):
         first = (tmp_path / "a" / f"demo-{quant}.gguf").read_bytes()
         assert first == (tmp_path / "b" / f"demo-{quant}.gguf").read_bytes()
     log = json.loads((tmp_path / "a" / "train-log.json").read_text(encoding="utf-8"))
-    assert [(r["step"], r["phase"]) for r in log["log"]] == [(1, "warmup"), (2, "warmup"), (3, "main"), (4, "main"),
-                                                             (5, "main"), (6, "copy"), (7, "copy")]
-    assert [r["diffusion"] == 0 for r in log["log"]] == [True, True, False, False, False, False, False]
+    phases = ["warmup"] * 2 + ["main"] * 3 + ["copy"] * 2 + ["final"] * 2
+    assert [(r["step"], r["phase"]) for r in log["log"]] == list(enumerate(phases, 1))
+    assert [r["diffusion"] == 0 for r in log["log"]] == [p == "warmup" for p in phases]
     assert log["main_steps"] == 3
     command = ship.manifest(tmp_path / "a", tmp_path / "a" / "demo-Q8_0.gguf")["command"]
     rerun = command.split(" && ")[0].split()[2:]

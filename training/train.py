@@ -187,6 +187,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a final phase of this many steps on the tool and echo dialogues (plus a sample of the rest)")
     p.add_argument("--copy-lr", type=float, default=5e-4)
     p.add_argument("--copy-others", type=int, default=1500, help="other dialogues sampled into the copy phase")
+    p.add_argument("--final-steps", type=int, default=0,
+                   help="a last phase on the corpus without the repeat-after-me dialogues (at --final-lr)")
+    p.add_argument("--final-lr", type=float, default=5e-4)
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -239,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.copy_steps:
         mix = tokenize(copy_mix(corpus.train, args.seed, args.copy_others), tok)
         log += run_phase(model, mix, args.copy_steps, args.copy_lr, random.Random(f"{args.seed}:copy"), run, "copy")
+    if args.final_steps:  # the echoes taught the copy; the sums and tool turns settle without them
+        plain = [e for e, d in zip(examples, corpus.train, strict=True) if d.kind != "echo"]
+        log += run_phase(model, plain, args.final_steps, args.final_lr, random.Random(f"{args.seed}:final"), run,
+                         "final")
     step, elapsed, cpu = run.steps, time.perf_counter() - run.start, time.process_time() - run.cpu0
     print(f"{step} steps in {elapsed:.0f} s ({elapsed / max(step, 1):.2f} s/step; CPU time "
           f"{cpu / max(step, 1):.2f} s/step on {args.threads} thread(s))", flush=True)
