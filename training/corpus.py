@@ -258,6 +258,12 @@ def echo_dialogue(rng: random.Random, pieces: Sequence[str] = (),
     return _qa(f"Repeat after me: {text}", text), words
 
 
+def echo(rng: random.Random, pieces: Sequence[str] = (), count: tuple[int, int] = (2, 5)) -> Dialogue:
+    """An `echo_dialogue` as a training dialogue, its names left out of the vocabulary's text."""
+    messages, words = echo_dialogue(rng, pieces, count)
+    return dialogue("echo", messages, None, rng, names=words)
+
+
 def _qa(question: str, answer: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question},
             {"role": "assistant", "content": answer}]
@@ -294,7 +300,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     `echoes` repeat-after-me dialogues per repeat come from a stream of their own too."""
     rng = random.Random(seed)
     names = random.Random(f"{seed}:names") if pieces else rng
-    echo = random.Random(f"{seed}:echo")
+    echo_rng = random.Random(f"{seed}:echo")
     corpus = Corpus()
     pairs = [(a, "+", b) for a in range(100) for b in range(100)]
     pairs += [(a, "-", b) for a in range(100) for b in range(a + 1)]
@@ -319,9 +325,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)
             corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng))
-        for _ in range(echoes):
-            messages, words = echo_dialogue(echo, pieces)
-            corpus.train.append(dialogue("echo", messages, None, echo, names=words))
+        corpus.train.extend(echo(echo_rng, pieces) for _ in range(echoes))
     rng.shuffle(corpus.train)
     return corpus
 
@@ -331,11 +335,7 @@ def copy_warmup(seed: int, n: int, pieces: Sequence[str] = ()) -> list[Dialogue]
     warm-up phase's data, where every answer token but the first is a copy (in the main mix
     copies are too rare a target for a model this small to learn them in the time it has)."""
     rng = random.Random(f"{seed}:warmup")
-    out = []
-    for _ in range(n):
-        messages, words = echo_dialogue(rng, pieces, (3, 8))
-        out.append(dialogue("echo", messages, None, rng, names=words))
-    return out
+    return [echo(rng, pieces, (3, 8)) for _ in range(n)]
 
 
 @lru_cache(maxsize=1)
