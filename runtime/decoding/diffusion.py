@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,11 @@ def _stop_ids(model: Any, params: DecodeParams) -> frozenset[int]:
     return frozenset(int(s) for s in params.stop_ids)
 
 
+def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.random.Generator) -> int:
+    """AR's next token from one row of logits, penalised by what was generated so far."""
+    return int(pick(apply_penalties(logits[None, :], history, sp), sp, rng)[0][0])
+
+
 def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.ndarray, stats: GenerationStats,
                     cancel: threading.Event | None) -> Iterator[Any]:
     sp = params.sampling
@@ -94,8 +99,7 @@ def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.nda
         if cancel is not None and cancel.is_set():
             stats.finish_reason = "cancelled"
             return
-        tok, _ = pick(apply_penalties(logits[None, :], history, sp), sp, rng)
-        token = int(tok[0])
+        token = _ar_pick(logits, history, sp, rng)
         if token in stops:
             stats.finish_reason = "stop"
             stats.stop_token = token
@@ -130,9 +134,17 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     history: Counter = Counter()
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
-    before: Counter = Counter()
+    debt, streak, fallback = 0, 0, 0  # policy.ar_fallback's tally, and the AR tokens now due
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
+        if fallback:
+            n = min(fallback, params.max_tokens - stats.generated_tokens)
+            ended, carried, last_logits, block_index = yield from _ar_span(
+                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel)
+            fallback = 0
+            if ended:
+                return
+            continue
         c = len(carried)
         size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining)
         if size <= c:  # a whole block kept: commit it as it is, then go on with a fresh one
@@ -146,8 +158,8 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
         block[:c] = carried
         masked = np.ones(size, dtype=bool)
         masked[:c] = False
-        if not c:
-            before = history.copy() if verify else history  # what AR's picks are penalised by
+        before = history - Counter(int(t) for t in carried)  # what AR's picks in this block are penalised by
+        forwards_before = stats.forwards
         passes = 0
         while masked.any():
             if cancel is not None and cancel.is_set():
@@ -189,6 +201,8 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
+            debt, streak, fallback = policy.ar_fallback(debt, streak, stats.forwards - forwards_before,
+                                                        len(block) - c, block_length)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
         if cut is None and not verify:
@@ -202,6 +216,44 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             stats.finish_reason = "stop"
             stats.stop_token = int(block[cut])
             return
+
+
+def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n: int, history: Counter,
+             sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
+             block_index: int, cancel: threading.Event | None,
+             ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
+    """Up to `n` tokens of plain AR inside a checked diffusion decode (`policy.ar_fallback`),
+    one BlockEvent each as in `--decode ar`. A cut block's kept tokens (`pending`, already emitted)
+    are committed first. Returns (ended, carried, logits, next block index): the last token is
+    left uncommitted, as a cut block's are, with the logits it was picked from."""
+    if len(pending):
+        if len(pending) >= state.remaining:
+            return True, pending, logits, block_index
+        logits = model.forward(pending, state, last_only=True)[0]
+        stats.forwards += 1
+    carried = np.empty(0, dtype=np.int64)
+    for _ in range(n):
+        if cancel is not None and cancel.is_set():
+            stats.finish_reason = "cancelled"
+            return True, carried, logits, block_index
+        if len(carried):
+            if state.remaining <= 1:
+                return True, carried, logits, block_index
+            logits = model.forward(carried, state, last_only=True)[0]
+            stats.forwards += 1
+        token = _ar_pick(logits, history, sp, rng)
+        if token in stops:
+            stats.finish_reason = "stop"
+            stats.stop_token = token
+            return True, carried[:0], logits, block_index
+        history[token] += 1
+        stats.generated_tokens += 1
+        stats.blocks += 1
+        stats.passes += 1
+        yield BlockEvent(block_index, (token,))
+        block_index += 1
+        carried = np.array([token], dtype=np.int64)
+    return False, carried, logits, block_index
 
 
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
@@ -222,7 +274,7 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     seen = history + Counter(int(t) for t in block[:start])
     for i in range(start, n):
         logits = last_logits if i == 0 else rows[i - 1]
-        token = int(pick(apply_penalties(logits[None, :], seen, sp), sp, rng)[0][0])  # greedy: rng unused
+        token = _ar_pick(logits, seen, sp, rng)  # greedy: rng unused
         if token != int(block[i]):
             stats.corrections += 1
             model.restore(state, snapshot)

@@ -73,6 +73,24 @@ def verify_commits(requested: bool | None, temperature: float, fixed_reveal: boo
     return bool(requested) and temperature <= 0
 
 
+def ar_fallback(debt: int, streak: int, forwards: int, added: int, block_length: int) -> tuple[int, int, int]:
+    """(debt, streak, AR tokens now due) after a checked block that cost `forwards` (its passes and
+    its commit) and added `added` tokens.
+
+    The debt is what block diffusion has cost beyond AR (one forward per token), never below zero.
+    When it reaches a block's length, the decoder writes block_length * 2**streak tokens (at most 8
+    blocks) by plain AR and then tries block diffusion again; a block that pays for itself resets
+    the streak. Text the preview cannot guess (random text, random weights) then costs about what
+    AR costs, instead of a block's passes per kept token, while a confident model's occasional
+    costly block is paid back by the next ones. Greedy output is AR's either way."""
+    debt = max(0, debt + forwards - added)
+    if added >= forwards:
+        streak = 0
+    if debt < block_length:
+        return debt, streak, 0
+    return 0, streak + 1, block_length * min(2**streak, 8)
+
+
 def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:
     """Index of the first stop token in a resolved block, or None: generation ends there."""
     for i, t in enumerate(tokens):
