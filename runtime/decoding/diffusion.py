@@ -90,31 +90,11 @@ def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.r
 
 def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.ndarray, stats: GenerationStats,
                     cancel: threading.Event | None) -> Iterator[Any]:
-    sp = params.sampling
-    rng = np.random.default_rng(sp.seed)
-    history: Counter = Counter()
-    stops = _stop_ids(model, params)
     stats.finish_reason = "length"
-    for i in range(params.max_tokens):
-        if cancel is not None and cancel.is_set():
-            stats.finish_reason = "cancelled"
-            return
-        token = _ar_pick(logits, history, sp, rng)
-        if token in stops:
-            stats.finish_reason = "stop"
-            stats.stop_token = token
-            return
-        history[token] += 1
-        stats.generated_tokens += 1
-        stats.blocks += 1
-        stats.forwards += 1  # each token costs one causal forward (the first one is the prefill's)
-        stats.passes += 1
-        yield BlockEvent(i, (token,))
-        if i + 1 == params.max_tokens:
-            return
-        if state.remaining == 0:
-            return
-        logits = model.forward([token], state, last_only=True)[0]
+    rng = np.random.default_rng(params.sampling.seed)
+    yield from _ar_span(model, state, np.empty(0, dtype=np.int64), logits, params.max_tokens, Counter(),
+                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel)
+    stats.forwards = stats.generated_tokens  # one causal forward per token; the first one is the prefill's
 
 
 def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
@@ -222,10 +202,10 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
              sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
              block_index: int, cancel: threading.Event | None,
              ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
-    """Up to `n` tokens of plain AR inside a checked diffusion decode (`policy.ar_fallback`),
-    one BlockEvent each as in `--decode ar`. A cut block's kept tokens (`pending`, already emitted)
-    are committed first. Returns (ended, carried, logits, next block index): the last token is
-    left uncommitted, as a cut block's are, with the logits it was picked from."""
+    """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and a checked diffusion
+    decode's fallback (`policy.ar_fallback`), where a cut block's kept tokens (`pending`, already
+    emitted) are committed first. Returns (ended, carried, logits, next block index): the last
+    token is left uncommitted, as a cut block's are, with the logits it was picked from."""
     if len(pending):
         if len(pending) >= state.remaining:
             return True, pending, logits, block_index
@@ -233,14 +213,14 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         stats.forwards += 1
     carried = np.empty(0, dtype=np.int64)
     for _ in range(n):
-        if cancel is not None and cancel.is_set():
-            stats.finish_reason = "cancelled"
-            return True, carried, logits, block_index
         if len(carried):
-            if state.remaining <= 1:
+            if state.remaining == 0:
                 return True, carried, logits, block_index
             logits = model.forward(carried, state, last_only=True)[0]
             stats.forwards += 1
+        if cancel is not None and cancel.is_set():
+            stats.finish_reason = "cancelled"
+            return True, carried, logits, block_index
         token = _ar_pick(logits, history, sp, rng)
         if token in stops:
             stats.finish_reason = "stop"
