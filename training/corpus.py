@@ -248,20 +248,14 @@ def calculator_dialogue(a: int, b: int) -> list[dict[str, Any]]:
     ]
 
 
-def echo_dialogue(rng: random.Random, pieces: Sequence[str] = (),
-                  count: tuple[int, int] = (2, 5)) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+def echo(rng: random.Random, pieces: Sequence[str] = (), count: tuple[int, int] = (2, 5)) -> Dialogue:
     """The user asks for `count` (a range) invented names to be repeated; the answer is them, in
-    order. Every token after the first name's first is predictable only by copying, the skill a
-    tool call needs for a city it has never seen (weather dialogues hold a few such tokens each)."""
+    order, and the names are left out of the vocabulary's text. Every token after the first name's
+    first is predictable only by copying, the skill a tool call needs for a city it has never seen
+    (weather dialogues hold a few such tokens each)."""
     words = tuple(invented_city(rng, pieces) for _ in range(rng.randint(*count)))
     text = " ".join(words)
-    return _qa(f"Repeat after me: {text}", text), words
-
-
-def echo(rng: random.Random, pieces: Sequence[str] = (), count: tuple[int, int] = (2, 5)) -> Dialogue:
-    """An `echo_dialogue` as a training dialogue, its names left out of the vocabulary's text."""
-    messages, words = echo_dialogue(rng, pieces, count)
-    return dialogue("echo", messages, None, rng, names=words)
+    return dialogue("echo", _qa(f"Repeat after me: {text}", text), None, rng, names=words)
 
 
 def _qa(question: str, answer: str) -> list[dict[str, Any]]:
