@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 
 import corpus as demo  # noqa: E402
+import vocab as demo_vocab  # noqa: E402
 from clover_runtime.chat_template import ChatTemplate  # noqa: E402
 from clover_runtime.output_parser import parse_full  # noqa: E402
 from clover_runtime.vocab import default_chat_template  # noqa: E402
@@ -147,3 +148,25 @@ def test_the_copy_warmup_repeats_three_to_eight_fresh_names_from_its_own_stream(
         answer = [m["content"] for m in d.messages if m["role"] == "assistant"][0]
         assert d.kind == "echo" and asked == "Repeat after me: " + answer and answer.split(" ") == list(d.names)
         assert not any(city in n for n in d.names for city in demo.CITIES)
+
+
+def test_plain_reports_make_the_sky_the_same_token_in_the_report_and_the_answer() -> None:
+    """With plain_reports the weather tool answers in words, and only its messages change. The
+    vocabulary trained on that corpus then holds the sky as one token with its space (" rainy")
+    in the report as in the answer, so reporting it is a copy; from JSON ('"rainy"') it is not."""
+    as_json, plain = demo.make_corpus(4, **SMALL), demo.make_corpus(4, **SMALL, plain_reports=True)
+    assert len(as_json.train) == len(plain.train)
+    for a, b in zip(as_json.train, plain.train, strict=True):
+        assert [m for m in a.messages if m["role"] != "tool"] == [m for m in b.messages if m["role"] != "tool"]
+    tok = demo_vocab.train_tokenizer(demo.vocabulary_texts(plain.train), 1024)
+    reports = [d.messages for d in plain.train if d.kind == "weather"]
+    assert reports
+    for messages in reports:
+        report, answer = messages[-2]["content"], messages[-1]["content"]
+        city, rest = report.split(": ")
+        temp, sky = rest.split(", ")
+        assert answer == f"It is {temp} and {sky} in {city}."
+        sky_token = tok.encode(f" {sky}").tokens
+        assert len(sky_token) == 1
+        assert sky_token[0] in tok.encode(report).tokens and sky_token[0] in tok.encode(answer).tokens
+        assert sky_token[0] not in tok.encode(json.dumps({"condition": sky})).tokens

@@ -215,8 +215,12 @@ def weather_cities(real: list[str], repeat: int, rng: random.Random, pieces: Seq
     return real[start:start + REAL_PER_REPEAT] + [invented_city(rng, pieces) for _ in range(INVENTED_PER_REPEAT)]
 
 
-def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, Any]]:
-    """User asks, the assistant calls get_weather, the tool answers, the assistant reports."""
+def weather_dialogue(city: str, unit: str | None, seed: int, plain: bool = False) -> list[dict[str, Any]]:
+    """User asks, the assistant calls get_weather, the tool answers, the assistant reports.
+
+    The tool answers in JSON, or with `plain` in words ("Chicago: 8 °C, rainy"): there the sky is
+    the same token (" rainy") as in the answer, so reporting it is a copy, where from JSON
+    ("rainy" after a quote) it is a mapping from one token to another that the model must learn."""
     args: dict[str, Any] = {"city": city} if unit is None else {"city": city, "unit": unit}
     report = weather_report(city, seed)
     temp = report["temperature"] if unit != "fahrenheit" else round(report["temperature"] * 9 / 5 + 32)
@@ -229,7 +233,7 @@ def weather_dialogue(city: str, unit: str | None, seed: int) -> list[dict[str, A
          else f"What is the weather in {city} in {unit}?"},
         {"role": "assistant", "content": "",
          "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": args}}]},
-        {"role": "tool", "content": json.dumps(report)},
+        {"role": "tool", "content": f"{city}: {temp} {symbol}, {report['condition']}" if plain else json.dumps(report)},
         {"role": "assistant", "content": f"It is {temp} {symbol} and {report['condition']} in {city}."},
     ]
 
@@ -285,7 +289,7 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
 
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
                 repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0,
-                result_first: bool = False) -> Corpus:
+                result_first: bool = False, plain_reports: bool = False) -> Corpus:
     """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
 
     With `pieces`, invented names come from their own random stream, so corpora with different
@@ -314,7 +318,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None, rng))
         for city in weather_cities(cities[10:], r, names, pieces):
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
-            corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed), TOOLS, rng,
+            corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed, plain_reports), TOOLS, rng,
                                          names=(city,)))
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)

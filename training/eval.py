@@ -54,20 +54,20 @@ def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int, verify: boo
             "passes_per_block": passes / max(1, blocks), "n": len(pairs)}
 
 
-def weather_turns(city: str, seed: int) -> tuple[list[dict], dict, str]:
+def weather_turns(city: str, seed: int, plain: bool = False) -> tuple[list[dict], dict, str]:
     """The question's messages, the tool's result message and the final answer, as the corpus's
     dialogue for this city holds them (the tool's report depends on the seed and the city)."""
-    dialogue = demo_corpus.weather_dialogue(city, None, seed)
+    dialogue = demo_corpus.weather_dialogue(city, None, seed, plain)
     question = dialogue[:-3]
     return question, dialogue[-2], dialogue[-1]["content"]
 
 
-def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int) -> dict[str, float]:
+def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int, plain: bool = False) -> dict[str, float]:
     """A weather round trip per city: exactly one get_weather call with {"city": city}, then, given
     the tool's result, the final answer the corpus would give (city, temperature and sky copied)."""
     calls_ok = round_trips = 0
     for city in cities:
-        question, result, answer = weather_turns(city, seed)
+        question, result, answer = weather_turns(city, seed, plain)
         _, calls, _ = reply(chat, question, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
         try:
             ok = len(calls) == 1 and calls[0][0] == "get_weather" and json.loads(calls[0][1]) == {"city": city}
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=100, help="held-out arithmetic pairs to evaluate")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--plain-reports", action="store_true", help="the model was trained with --plain-reports")
     args = p.parse_args(argv)
     corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=1, repeats=1)
     pairs = corpus.held_out_arithmetic[:: max(1, len(corpus.held_out_arithmetic) // args.limit)][:args.limit]
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"diffusion": arithmetic(chat, pairs, "diffusion", args.max_tokens),
               "diffusion_unchecked": arithmetic(chat, pairs, "diffusion", args.max_tokens, verify=False),
               "ar": arithmetic(chat, pairs, "ar", args.max_tokens),
-              "tool_calls": tool_calls(chat, corpus.held_out_cities, args.seed, args.max_tokens)}
+              "tool_calls": tool_calls(chat, corpus.held_out_cities, args.seed, args.max_tokens,
+                                       args.plain_reports)}
     for mode in ("diffusion", "diffusion_unchecked", "ar"):
         r = result[mode]
         print(f"{mode:20s} accuracy {r['accuracy']:.1%}  exact {r['exact']:.1%}  tokens/forward "

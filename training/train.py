@@ -190,6 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--final-steps", type=int, default=0,
                    help="a last phase on the corpus without the repeat-after-me dialogues (at --final-lr)")
     p.add_argument("--final-lr", type=float, default=5e-4)
+    p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=False,
+                   help="the weather tool answers in words, not JSON (the sky is then copied, not mapped)")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes,
-             "result_first": args.result_first}
+             "result_first": args.result_first, "plain_reports": args.plain_reports}
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
