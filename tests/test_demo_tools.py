@@ -1,8 +1,9 @@
 """The shipped demo model's tool calls through `clover serve`'s real HTTP server and the `openai`
-SDK, for the held-out weather questions (cities never in its training data). Issue 15 asks for 9 of
-10 exact round trips; this file does not copy an unseen city yet (README, "The demo model"), so what
-is asserted is what it does: one well-formed get_weather call whose city starts like the asked one,
-and, given the tool's result, a final answer in the trained shape."""
+SDK, for the held-out weather questions (cities never in its training data, and cut out of its
+vocabulary's text): exactly one get_weather call with the asked city, then, given the tool's
+report, the answer with the city and temperature copied. Issue 15 asks for 9 of 10 whole round
+trips; the sky is not copied yet (README, "The demo model"), so the whole-answer count asserted is
+the shipped file's measured floor, so that a worse file cannot be shipped unnoticed."""
 
 from __future__ import annotations
 
@@ -30,26 +31,33 @@ def live():  # noqa: ANN201
         yield server
 
 
-def test_held_out_weather_questions_get_a_tool_call_and_an_answer(live) -> None:  # noqa: ANN001
+def test_held_out_weather_questions_round_trip_through_the_server(live) -> None:  # noqa: ANN001
     client = live.openai()
     cities = demo_corpus.make_corpus(SEED, arithmetic_pairs=1, repeats=1).held_out_cities
     assert len(cities) == 10
+    called, whole, seen = 0, 0, []
     for city in cities:
-        question, result, _ = demo_eval.weather_turns(city, SEED)
+        question, result, answer = demo_eval.weather_turns(city, SEED)
         first = client.chat.completions.create(model="demo", messages=question, tools=demo_corpus.TOOLS,
-                                               max_tokens=96, extra_body=NO_THINK)
-        choice = first.choices[0]
-        assert choice.finish_reason == "tool_calls", (city, choice)
-        (call,) = choice.message.tool_calls
-        args = json.loads(call.function.arguments)
-        assert call.function.name == "get_weather" and list(args) == ["city"], (city, call)
-        assert args["city"][:1] == city[:1], (city, args)
-        turn = {"role": "assistant", "content": choice.message.content or "",
-                "tool_calls": [call.model_dump(exclude_none=True)]}
-        tool = {"role": "tool", "tool_call_id": call.id, "content": result["content"]}
+                                               max_tokens=128, extra_body=NO_THINK)
+        msg = first.choices[0].message
+        calls = msg.tool_calls or []
+        seen.append([(c.function.name, c.function.arguments) for c in calls] or msg.content)
+        if not (first.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+                and calls[0].function.name == "get_weather"
+                and json.loads(calls[0].function.arguments) == {"city": city}):
+            continue
+        called += 1
+        turn = {"role": "assistant", "content": msg.content or "",
+                "tool_calls": [c.model_dump(exclude_none=True) for c in calls]}
+        tool = {"role": "tool", "tool_call_id": calls[0].id, "content": result["content"]}
         second = client.chat.completions.create(model="demo", messages=[*question, turn, tool],
-                                                tools=demo_corpus.TOOLS, max_tokens=96, extra_body=NO_THINK)
-        report = json.loads(result["content"])
+                                                tools=demo_corpus.TOOLS, max_tokens=128, extra_body=NO_THINK)
         text = second.choices[0].message.content.strip()
+        seen[-1] = text
         assert second.choices[0].finish_reason == "stop", (city, text)
-        assert re.fullmatch(rf"It is {report['temperature']} °C and {report['condition']} in \S+\.", text), (city, text)
+        temperature = result["content"].split(": ")[1].split(" °C")[0]
+        assert re.fullmatch(rf"It is {temperature} °C and [a-z]+ in {city}\.", text), (city, text)
+        whole += text == answer
+    assert called >= 9, f"{called} of 10 exact calls: {seen}"  # issue 15's target; 10 measured
+    assert whole >= 4, f"{whole} of 10 whole round trips: {seen}"  # 4 measured; issue 15 asks for 9

@@ -151,10 +151,10 @@ def test_the_copy_warmup_repeats_three_to_eight_fresh_names_from_its_own_stream(
 
 
 def test_plain_reports_make_the_sky_the_same_token_in_the_report_and_the_answer() -> None:
-    """With plain_reports the weather tool answers in words, and only its messages change. The
+    """With plain_reports (the default) the weather tool answers in words, and only its messages change. The
     vocabulary trained on that corpus then holds the sky as one token with its space (" rainy")
     in the report as in the answer, so reporting it is a copy; from JSON ('"rainy"') it is not."""
-    as_json, plain = demo.make_corpus(4, **SMALL), demo.make_corpus(4, **SMALL, plain_reports=True)
+    as_json, plain = demo.make_corpus(4, **SMALL, plain_reports=False), demo.make_corpus(4, **SMALL)
     assert len(as_json.train) == len(plain.train)
     for a, b in zip(as_json.train, plain.train, strict=True):
         assert [m for m in a.messages if m["role"] != "tool"] == [m for m in b.messages if m["role"] != "tool"]

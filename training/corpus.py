@@ -215,10 +215,10 @@ def weather_cities(real: list[str], repeat: int, rng: random.Random, pieces: Seq
     return real[start:start + REAL_PER_REPEAT] + [invented_city(rng, pieces) for _ in range(INVENTED_PER_REPEAT)]
 
 
-def weather_dialogue(city: str, unit: str | None, seed: int, plain: bool = False) -> list[dict[str, Any]]:
+def weather_dialogue(city: str, unit: str | None, seed: int, plain: bool = True) -> list[dict[str, Any]]:
     """User asks, the assistant calls get_weather, the tool answers, the assistant reports.
 
-    The tool answers in JSON, or with `plain` in words ("Chicago: 8 °C, rainy"): there the sky is
+    The tool answers in words, or without `plain` in JSON ("Chicago: 8 °C, rainy"): there the sky is
     the same token (" rainy") as in the answer, so reporting it is a copy, where from JSON
     ("rainy" after a quote) it is a mapping from one token to another that the model must learn."""
     args: dict[str, Any] = {"city": city} if unit is None else {"city": city, "unit": unit}
@@ -289,7 +289,7 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
 
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
                 repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0,
-                result_first: bool = False, plain_reports: bool = False) -> Corpus:
+                result_first: bool = False, plain_reports: bool = True) -> Corpus:
     """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
 
     With `pieces`, invented names come from their own random stream, so corpora with different

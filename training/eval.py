@@ -54,7 +54,7 @@ def arithmetic(chat: Any, pairs: list, decode: str, max_tokens: int, verify: boo
             "passes_per_block": passes / max(1, blocks), "n": len(pairs)}
 
 
-def weather_turns(city: str, seed: int, plain: bool = False) -> tuple[list[dict], dict, str]:
+def weather_turns(city: str, seed: int, plain: bool = True) -> tuple[list[dict], dict, str]:
     """The question's messages, the tool's result message and the final answer, as the corpus's
     dialogue for this city holds them (the tool's report depends on the seed and the city)."""
     dialogue = demo_corpus.weather_dialogue(city, None, seed, plain)
@@ -62,7 +62,7 @@ def weather_turns(city: str, seed: int, plain: bool = False) -> tuple[list[dict]
     return question, dialogue[-2], dialogue[-1]["content"]
 
 
-def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int, plain: bool = False) -> dict[str, float]:
+def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int, plain: bool = True) -> dict[str, float]:
     """A weather round trip per city: exactly one get_weather call with {"city": city}, then, given
     the tool's result, the final answer the corpus would give (city, temperature and sky copied)."""
     calls_ok = round_trips = 0
@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=100, help="held-out arithmetic pairs to evaluate")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--plain-reports", action="store_true", help="the model was trained with --plain-reports")
+    p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=True,
+                   help="the weather tool's reports in words, as train.py's default (--no-plain-reports: JSON)")
     args = p.parse_args(argv)
     corpus = demo_corpus.make_corpus(args.seed, arithmetic_pairs=1, repeats=1)
     pairs = corpus.held_out_arithmetic[:: max(1, len(corpus.held_out_arithmetic) // args.limit)][:args.limit]

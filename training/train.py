@@ -190,8 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--final-steps", type=int, default=0,
                    help="a last phase on the corpus without the repeat-after-me dialogues (at --final-lr)")
     p.add_argument("--final-lr", type=float, default=5e-4)
-    p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=False,
-                   help="the weather tool answers in words, not JSON (the sky is then copied, not mapped)")
+    p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=True,
+                   help="the weather tool answers in words, not JSON (the sky is then the answer's token)")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
