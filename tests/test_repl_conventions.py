@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,9 +30,17 @@ def _env(home: Path) -> dict[str, str]:
     return env
 
 
+def _as_a_terminal_starts_it() -> None:
+    """A shell starts a foreground program with SIGINT at its default and unblocked; a test worker may
+    have it ignored or blocked (both survive exec), and then Ctrl-C at the prompt would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _spawn(args: list[str], home: Path) -> pexpect.spawn:
     return pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", *args], env=_env(home), encoding="utf-8",
-                         codec_errors="replace", timeout=120, dimensions=(ROWS, COLS))
+                         codec_errors="replace", timeout=120, dimensions=(ROWS, COLS),
+                         preexec_fn=_as_a_terminal_starts_it)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +91,12 @@ def test_ctrl_c_clears_the_line_and_history_outlives_the_session(model: str, tmp
         child.send("half a thought")
         child.expect_exact("half a thought")  # echoed, so the line editor holds the keys before Ctrl-C
         child.sendintr()  # clears the line; does not leave
-        _prompt(child)
+        try:
+            child.expect(">>> ", timeout=60)
+        except pexpect.TIMEOUT:  # seen under a loaded parallel run: say what the child's SIGINT state was
+            status = Path(f"/proc/{child.pid}/status")
+            lines = status.read_text().splitlines() if status.exists() else []
+            pytest.fail(f"no prompt after Ctrl-C; {[ln for ln in lines if ln.startswith(('Sig', 'Shd', 'Threads'))]}")
         child.sendintr()  # at an empty prompt: says how to leave
         child.expect_exact("Use Ctrl-D or /bye to exit.")
         _prompt(child)
