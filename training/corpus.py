@@ -218,9 +218,9 @@ def weather_cities(real: list[str], repeat: int, rng: random.Random, pieces: Seq
 def weather_dialogue(city: str, unit: str | None, seed: int, plain: bool = True) -> list[dict[str, Any]]:
     """User asks, the assistant calls get_weather, the tool answers, the assistant reports.
 
-    The tool answers in words, or without `plain` in JSON ("Chicago: 8 °C, rainy"): there the sky is
-    the same token (" rainy") as in the answer, so reporting it is a copy, where from JSON
-    ("rainy" after a quote) it is a mapping from one token to another that the model must learn."""
+    With `plain` (the default) the tool answers in words ("Chicago: 8 °C, rainy"), where the sky is
+    the same token (" rainy") as in the answer; without it, in JSON, where the sky ("rainy" after
+    a quote) is another token than the answer's."""
     args: dict[str, Any] = {"city": city} if unit is None else {"city": city, "unit": unit}
     report = weather_report(city, seed)
     temp = report["temperature"] if unit != "fahrenheit" else round(report["temperature"] * 9 / 5 + 32)
