@@ -170,3 +170,23 @@ def test_plain_reports_make_the_sky_the_same_token_in_the_report_and_the_answer(
         assert len(sky_token) == 1
         assert sky_token[0] in tok.encode(report).tokens and sky_token[0] in tok.encode(answer).tokens
         assert sky_token[0] not in tok.encode(json.dumps({"condition": sky})).tokens
+
+
+def test_sky_pieces_cut_the_sky_out_of_the_vocabulary_like_the_city() -> None:
+    """With sky_pieces only what the vocabulary learns from changes: every weather dialogue names
+    its sky beside its city, no sky word is a token of the vocabulary trained on it, and the sky
+    breaks into the same pieces in the report as in the answer (the pieces a copy repeats)."""
+    whole, pieced = demo.make_corpus(4, **SMALL), demo.make_corpus(4, **SMALL, sky_pieces=True)
+    assert [d.messages for d in whole.train] == [d.messages for d in pieced.train]
+    tok = demo_vocab.train_tokenizer(demo.vocabulary_texts(pieced.train), 1024)
+    vocabulary = set(tok.get_vocab())
+    assert not vocabulary & {w for sky in demo.CONDITIONS for w in (sky, "Ġ" + sky)}
+    for d in (d for d in pieced.train if d.kind == "weather"):
+        report, answer = d.messages[-2]["content"], d.messages[-1]["content"]
+        sky = report.rsplit(", ", 1)[1]
+        assert d.names == (d.messages[-2]["content"].split(": ")[0], sky) and sky in demo.CONDITIONS
+        pieces = tok.encode(f" {sky}").tokens
+        assert len(pieces) > 1
+        for text in (report, answer):
+            ids = tok.encode(text).tokens
+            assert any(ids[i:i + len(pieces)] == pieces for i in range(len(ids))), (text, pieces)

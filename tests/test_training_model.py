@@ -197,3 +197,54 @@ def test_complementary_masks_predict_every_position_once(tiny) -> None:  # noqa:
     assert torch.equal(batch.starts[:, :nb], batch.starts[:, nb:])
     assert torch.equal(batch.masked[:, :nb] ^ batch.masked[:, nb:], batch.valid[:, :nb, None].expand(-1, -1, 8))
     assert torch.allclose(batch.rate[:, nb:], (1 - batch.rate[:, :nb]).clamp_min(1 / 8))
+
+
+def test_answers_to_a_tool_count_the_weighted_number_of_times(tiny) -> None:  # noqa: ANN001
+    """With `answer_weight` W, each causal row and each block of a span marked as answering a
+    tool's result counts W times: the weighted losses equal the unweighted ones plus W - 1 more
+    of those rows' (and blocks') terms, and the logged `answer` loss is those rows' mean."""
+    model, engine = tiny
+    rng = np.random.default_rng(2)
+    bos = engine.config.diffusion.mask_token_id - 9
+    ex = [Example(tuple(int(t) for t in rng.integers(0, bos, 30)), ((5, 12), (18, 29)), (1,)),
+          Example(tuple(int(t) for t in rng.integers(0, bos, 22)), ((3, 22),))]
+    batch = make_batch(ex, 8, engine.config.diffusion.mask_token_id, bos, torch.Generator().manual_seed(3), True)
+    assert batch.ar_answer.nonzero().tolist() == [[0, r] for r in range(17, 28)]
+    assert batch.block_answer.tolist() == [[False, True, True] * 2, [False] * 6]
+    with torch.no_grad():
+        x, _, _ = model.hidden_states(batch.ids)
+        ce = torch.nn.functional.cross_entropy(model.logits(x[0, 17:28]), batch.ar_targets[0, 17:28], reduction="sum")
+        plain = losses(model, batch)
+        weighted = losses(model, batch, answer_weight=4.0)
+        answer_only = losses(model, _only_blocks(batch, batch.block_answer))
+    n_rows = int((batch.ar_targets != IGNORE).sum())
+    assert abs(float(plain["answer"]) - float(ce) / 11) < 1e-5
+    assert abs(float(weighted["ar"]) - (float(plain["ar"]) + 3 * float(ce) / n_rows)) < 1e-5
+    positions = int(batch.valid.sum()) * 7
+    extra = float(answer_only["diffusion"]) * int(batch.block_answer.sum()) * 7 / positions
+    assert extra > 0
+    assert abs(float(weighted["diffusion"]) - (float(plain["diffusion"]) + 3 * extra)) < 1e-4
+
+
+def _only_blocks(batch, keep):  # noqa: ANN001, ANN202
+    """The batch with only the `keep` blocks valid (the others predict nothing)."""
+    from dataclasses import replace
+
+    return replace(batch, valid=batch.valid & keep, masked=batch.masked & keep[..., None])
+
+
+def test_the_final_answer_of_a_tool_dialogue_is_the_one_marked() -> None:
+    from tokenizers import decoders
+    from train import tokenize
+
+    corpus = demo_corpus.make_corpus(1, arithmetic_pairs=20, repeats=1)
+    tok = demo_vocab.train_tokenizer([t for d in corpus.train for t, _ in demo_corpus.segments(d)], 512)
+    tok.decoder = decoders.ByteLevel()
+    for d, e in zip(corpus.train, tokenize(corpus.train, tok), strict=True):
+        if d.kind in ("weather", "calculator"):
+            assert e.answers == (1,) and len(e.spans) == 2
+            start, end = e.spans[1]
+            assert tok.decode(list(e.ids[start:end]), skip_special_tokens=False).endswith(
+                d.messages[-1]["content"] + "<|im_end|>")
+        else:
+            assert e.answers == ()

@@ -215,6 +215,16 @@ def weather_cities(real: list[str], repeat: int, rng: random.Random, pieces: Seq
     return real[start:start + REAL_PER_REPEAT] + [invented_city(rng, pieces) for _ in range(INVENTED_PER_REPEAT)]
 
 
+def weather_names(city: str, seed: int, sky_pieces: bool) -> tuple[str, ...]:
+    """The words of a weather dialogue left out of the vocabulary's text: the city, and with
+    `sky_pieces` the sky too. A sky word the vocabulary holds whole (" rainy") is never copied:
+    the model learns the seven words' prior and their embeddings stay nearly one direction (mean
+    cosine 0.89 in the third shipped file), so it answered one sky for all, even given a report
+    that is the answer word for word. Cut out, the sky breaks into the letter pieces that city
+    names are made of, which the model copies from the report like the city."""
+    return (city, weather_report(city, seed)["condition"]) if sky_pieces else (city,)
+
+
 def weather_dialogue(city: str, unit: str | None, seed: int, plain: bool = True) -> list[dict[str, Any]]:
     """User asks, the assistant calls get_weather, the tool answers, the assistant reports.
 
@@ -289,8 +299,11 @@ def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, 
 
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
                 repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0,
-                result_first: bool = False, plain_reports: bool = True) -> Corpus:
+                result_first: bool = False, plain_reports: bool = True, sky_pieces: bool = False) -> Corpus:
     """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
+
+    With `sky_pieces` the weather's sky word is cut out of the vocabulary's text like the city
+    (`weather_names`).
 
     With `pieces`, invented names come from their own random stream, so corpora with different
     pieces differ only in those names (and the tool's reports about them): train.py builds the
@@ -319,7 +332,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         for city in weather_cities(cities[10:], r, names, pieces):
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
             corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed, plain_reports), TOOLS, rng,
-                                         names=(city,)))
+                                         names=weather_names(city, seed, sky_pieces)))
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)
             corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng))

@@ -29,17 +29,22 @@ class Example:
 
     ids: tuple[int, ...]
     spans: tuple[tuple[int, int], ...]  # [start, end) of each assistant segment
+    answers: tuple[int, ...] = ()  # indices into `spans` of the answers to a tool's result
 
 
-def example(pieces: Sequence[tuple[Sequence[int], bool]]) -> Example:
-    """An Example from (token ids, is_assistant) pieces in order."""
+def example(pieces: Sequence[tuple[Sequence[int], bool]], answers: Sequence[bool] = ()) -> Example:
+    """An Example from (token ids, is_assistant) pieces in order; `answers` marks, per piece, the
+    assistant pieces that answer a tool's result."""
     ids: list[int] = []
     spans = []
-    for piece, is_assistant in pieces:
+    marked = []
+    for k, (piece, is_assistant) in enumerate(pieces):
         if is_assistant and piece:
+            if k < len(answers) and answers[k]:
+                marked.append(len(spans))
             spans.append((len(ids), len(ids) + len(piece)))
         ids.extend(piece)
-    return Example(tuple(ids), tuple(spans))
+    return Example(tuple(ids), tuple(spans), tuple(marked))
 
 
 def block_starts(ex: Example, block_length: int) -> list[int]:
@@ -56,6 +61,8 @@ class Batch:
     masked: Tensor  # (B, nb, L) positions replaced by the mask token (False on padding blocks)
     rate: Tensor  # (B, nb) the mask rate each block was drawn with
     valid: Tensor  # (B, nb) real blocks (False: padding blocks of a shorter example)
+    ar_answer: Tensor | None = None  # (B, T) rows whose target is in an answer to a tool's result
+    block_answer: Tensor | None = None  # (B, nb) blocks of such answers
 
 
 def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
@@ -72,10 +79,16 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
     blocks = torch.full((B, nb, block_length), pad_id, dtype=torch.long)
     starts = torch.ones((B, nb), dtype=torch.long)
     valid = torch.zeros((B, nb), dtype=torch.bool)
+    ar_answer = torch.zeros((B, T), dtype=torch.bool)
+    block_answer = torch.zeros((B, nb), dtype=torch.bool)
     for b, e in enumerate(examples):
         ids[b, :len(e.ids)] = torch.tensor(e.ids)
-        for start, end in e.spans:
+        for k, (start, end) in enumerate(e.spans):
             ar[b, start - 1:end - 1] = ids[b, start:end]
+            if k in e.answers:
+                ar_answer[b, start - 1:end - 1] = True
+                block_answer[b] |= torch.tensor([start <= s < end for s in starts_per[b]] +
+                                                [False] * (nb - len(starts_per[b])))
             for n, s in enumerate(starts_per[b]):
                 if start <= s < end:
                     blocks[b, n, :min(end, s + block_length) - s] = ids[b, s:min(end, s + block_length)]
@@ -91,12 +104,19 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
         masked = torch.cat([masked, ~masked & valid[..., None]], dim=1)
         blocks, targets = blocks.repeat(1, 2, 1), targets.repeat(1, 2, 1)
         starts, valid = starts.repeat(1, 2), valid.repeat(1, 2)
-    return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked, rate[..., 0], valid)
+        block_answer = block_answer.repeat(1, 2)
+    return Batch(ids, ar, torch.where(masked, mask_id, blocks), starts, targets, masked, rate[..., 0], valid,
+                 ar_answer, block_answer)
 
 
-def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True) -> dict[str, Tensor]:
-    """Causal loss, diffusion loss (zero without `diffusion`: the block stream is not run) and the
-    MoE load-balancing term of one batch.
+def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True, answer_weight: float = 1.0
+           ) -> dict[str, Tensor]:
+    """Causal loss, diffusion loss (zero without `diffusion`: the block stream is not run), the
+    MoE load-balancing term of one batch, and (for the log, not trained on) the causal loss on
+    the answers to a tool's result alone.
+
+    With `answer_weight` ≠ 1 the tokens of those answers (and their blocks) count that many times
+    in both losses (`tool_answer_weight` in train.py says why).
 
     The diffusion loss weights each masked position by 1/rate of its block and divides by the
     number of predicted positions (LLaDA's ELBO weighting): a plain mean over masked positions
@@ -105,13 +125,32 @@ def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True) -> dict
     blocks = (batch.blocks, batch.starts) if diffusion else ()
     x, xn, balance = model.hidden_states(batch.ids, *blocks)
     keep = batch.ar_targets != IGNORE
-    ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep])
+    weighted = answer_weight != 1.0 and batch.ar_answer is not None
+    if weighted:
+        ce_ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep], reduction="none")
+        ar = (ce_ar * (1.0 + (answer_weight - 1.0) * batch.ar_answer[keep])).sum() / keep.sum()
+    else:
+        ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep])
+    parts = {"answer": _answer_loss(model, x, batch)}
     sel = batch.masked[..., 1:]  # row j-1 predicts block position j
     if xn is not None and sel.any():
         ce = F.cross_entropy(model.logits(xn[..., :-1, :][sel]), batch.block_targets[..., 1:][sel], reduction="none")
         weight = (1.0 / batch.rate)[..., None].expand_as(sel)[sel]
+        if weighted:
+            weight = weight * (1.0 + (answer_weight - 1.0) * batch.block_answer[..., None].expand_as(sel)[sel])
         positions = batch.valid.sum() * (batch.masked.shape[-1] - 1)
         diff = (ce * weight).sum() / positions
     else:
         diff = ar.new_zeros(())
-    return {"ar": ar, "diffusion": diff, "balance": balance}
+    return {"ar": ar, "diffusion": diff, "balance": balance, **parts}
+
+
+def _answer_loss(model: torch.nn.Module, x: Tensor, batch: Batch) -> Tensor:
+    """Mean causal loss on the answers to a tool's result, without gradient: those answers are a
+    few tokens in a thousand, so the mean loss hides whether the one token there that only the
+    result tells (the weather's sky) was learnt."""
+    if batch.ar_answer is None or not batch.ar_answer.any():
+        return x.new_zeros(())
+    with torch.no_grad():
+        rows = batch.ar_answer & (batch.ar_targets != IGNORE)
+        return F.cross_entropy(model.logits(x[rows]), batch.ar_targets[rows])

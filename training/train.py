@@ -48,11 +48,19 @@ def demo_spec(n_vocab: int, *, hidden: int = 128, layers: int = 12, experts: int
 
 
 def tokenize(dialogues: list, tok: object) -> list[Example]:
-    """Each dialogue's segments, tokenized piece by piece as the model sees them."""
+    """Each dialogue's segments, tokenized piece by piece as the model sees them, with the
+    assistant pieces that answer a tool's result marked."""
     pieces = [list(demo_corpus.segments(d)) for d in dialogues]
     flat = [text for p in pieces for text, _ in p]
     encoded = iter(e.ids for e in tok.encode_batch(flat, add_special_tokens=False))  # type: ignore[attr-defined]
-    return [example([(next(encoded), is_assistant) for _, is_assistant in p]) for p in pieces]
+    return [example([(next(encoded), is_assistant) for _, is_assistant in p],
+                    [is_assistant and k > 0 and answers_a_tool(p[k - 1][0]) for k, (_, is_assistant) in enumerate(p)])
+            for p in pieces]
+
+
+def answers_a_tool(prompt: str) -> bool:
+    """Whether the assistant text after this prompt piece answers a tool's result."""
+    return "<tool_response>" in prompt
 
 
 def common_prefix(a: Example, b: Example) -> int:
@@ -121,29 +129,35 @@ class Run:
 def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: float, order: random.Random,
               run: Run, phase: str, diffusion: bool = True) -> list[dict]:
     """`steps` optimizer steps over `examples` (a fresh AdamW, warm-up then cosine to a tenth of
-    `peak_lr`), with the diffusion objective or the causal one alone; returns the logged rows.
-    `--minutes` bounds the whole run's wall time."""
+    `peak_lr`), with the diffusion objective or the causal one alone; returns the logged rows
+    (the losses of the row's step, and `answer`: the mean causal loss on answers to a tool's
+    result over the steps since the last row). `--minutes` bounds the whole run's wall time."""
     args = run.args
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.01)
     feed = batches(examples, args.batch_tokens, order)
     log = []
+    answered: list[float] = []  # the `answer` losses since the last row (batches without an answer have none)
     for step in range(steps):
         if args.minutes is not None and time.perf_counter() - run.start > args.minutes * 60:
             break
         for group in opt.param_groups:
             group["lr"] = lr_at(step, steps, peak_lr)
         batch = make_batch(next(feed), model.spec.block_length, run.mask_id, run.pad_id, run.gen, args.complementary)
-        parts = losses(model, batch, diffusion)
+        parts = losses(model, batch, diffusion, args.tool_answer_weight)
         total = parts["ar"] + parts["diffusion"] + BALANCE_WEIGHT * parts["balance"]
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         run.steps += 1
+        if batch.ar_answer is not None and batch.ar_answer.any():
+            answered.append(float(parts["answer"]))
         if run.steps % args.log_every == 0 or run.steps == 1:
             row = {"step": run.steps, "phase": phase, "seconds": round(time.perf_counter() - run.start, 1),
                    "cpu_seconds": round(time.process_time() - run.cpu0, 1),
                    **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
+            row["answer"] = round(sum(answered) / len(answered), 4) if answered else None
+            answered = []
             log.append(row)
             print(json.dumps(row), flush=True)
     return log
@@ -192,6 +206,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--final-lr", type=float, default=5e-4)
     p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=True,
                    help="the weather tool answers in words, not JSON (the sky is then the answer's token)")
+    p.add_argument("--sky-pieces", action=argparse.BooleanOptionalAction, default=False,
+                   help="cut the weather's sky words out of the vocabulary's text, as the cities are "
+                        "(corpus.weather_names says why)")
+    p.add_argument("--tool-answer-weight", type=float, default=1.0,
+                   help="how many times the tokens of an answer to a tool's result count in the losses: its "
+                        "sky is one token in a thousand, and unweighted the model answered one sky for all")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -217,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes,
-             "result_first": args.result_first, "plain_reports": args.plain_reports}
+             "result_first": args.result_first, "plain_reports": args.plain_reports, "sky_pieces": args.sky_pieces}
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
