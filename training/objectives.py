@@ -61,8 +61,8 @@ class Batch:
     masked: Tensor  # (B, nb, L) positions replaced by the mask token (False on padding blocks)
     rate: Tensor  # (B, nb) the mask rate each block was drawn with
     valid: Tensor  # (B, nb) real blocks (False: padding blocks of a shorter example)
-    ar_answer: Tensor | None = None  # (B, T) rows whose target is in an answer to a tool's result
-    block_answer: Tensor | None = None  # (B, nb) blocks of such answers
+    ar_answer: Tensor  # (B, T) rows whose target is in an answer to a tool's result
+    block_answer: Tensor  # (B, nb) blocks of such answers
 
 
 def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
@@ -85,13 +85,11 @@ def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad
         ids[b, :len(e.ids)] = torch.tensor(e.ids)
         for k, (start, end) in enumerate(e.spans):
             ar[b, start - 1:end - 1] = ids[b, start:end]
-            if k in e.answers:
-                ar_answer[b, start - 1:end - 1] = True
-                block_answer[b] |= torch.tensor([start <= s < end for s in starts_per[b]] +
-                                                [False] * (nb - len(starts_per[b])))
+            ar_answer[b, start - 1:end - 1] = k in e.answers
             for n, s in enumerate(starts_per[b]):
                 if start <= s < end:
                     blocks[b, n, :min(end, s + block_length) - s] = ids[b, s:min(end, s + block_length)]
+                    block_answer[b, n] = k in e.answers
         for n, s in enumerate(starts_per[b]):
             starts[b, n] = s
             valid[b, n] = True
@@ -125,7 +123,7 @@ def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True, answer_
     blocks = (batch.blocks, batch.starts) if diffusion else ()
     x, xn, balance = model.hidden_states(batch.ids, *blocks)
     keep = batch.ar_targets != IGNORE
-    weighted = answer_weight != 1.0 and batch.ar_answer is not None
+    weighted = answer_weight != 1.0  # unweighted, the plain mean: earlier recipes keep their bytes
     if weighted:
         ce_ar = F.cross_entropy(model.logits(x[keep]), batch.ar_targets[keep], reduction="none")
         ar = (ce_ar * (1.0 + (answer_weight - 1.0) * batch.ar_answer[keep])).sum() / keep.sum()
@@ -149,7 +147,7 @@ def _answer_loss(model: torch.nn.Module, x: Tensor, batch: Batch) -> Tensor:
     """Mean causal loss on the answers to a tool's result, without gradient: those answers are a
     few tokens in a thousand, so the mean loss hides whether the one token there that only the
     result tells (the weather's sky) was learnt."""
-    if batch.ar_answer is None or not batch.ar_answer.any():
+    if not batch.ar_answer.any():
         return x.new_zeros(())
     with torch.no_grad():
         rows = batch.ar_answer & (batch.ar_targets != IGNORE)

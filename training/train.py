@@ -150,13 +150,13 @@ def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: flo
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         run.steps += 1
-        if batch.ar_answer is not None and batch.ar_answer.any():
+        if batch.ar_answer.any():
             answered.append(float(parts["answer"]))
         if run.steps % args.log_every == 0 or run.steps == 1:
             row = {"step": run.steps, "phase": phase, "seconds": round(time.perf_counter() - run.start, 1),
                    "cpu_seconds": round(time.process_time() - run.cpu0, 1),
-                   **{k: round(float(v.detach()), 4) for k, v in parts.items()}}
-            row["answer"] = round(sum(answered) / len(answered), 4) if answered else None
+                   **{k: round(float(v.detach()), 4) for k, v in parts.items() if k != "answer"},
+                   "answer": round(sum(answered) / len(answered), 4) if answered else None}
             answered = []
             log.append(row)
             print(json.dumps(row), flush=True)
