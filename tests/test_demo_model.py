@@ -79,10 +79,10 @@ def test_held_out_arithmetic_in_both_modes_and_tokens_per_forward(chat, held_out
     assert ar["tokens_per_forward"] <= 1.0 + 1e-9
     diffusion = demo_eval.arithmetic(chat, pairs, "diffusion", 128)  # commits checked: clover's default
     assert (diffusion["accuracy"], diffusion["exact"]) == (ar["accuracy"], ar["exact"]), (diffusion, ar)
-    assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # issue 15's target; 2.8 measured on these 40
+    assert diffusion["tokens_per_forward"] >= 2.5, diffusion  # issue 15's target; 2.77 measured on these 40
     unchecked = demo_eval.arithmetic(chat, pairs, "diffusion", 128, verify=False)  # as the vendor decodes
     assert unchecked["tokens_per_forward"] >= 2.5, unchecked  # a confident model, unlike random weights
-    assert unchecked["accuracy"] >= 0.05, unchecked  # 5 % measured on these 40
+    assert unchecked["accuracy"] >= 0.15, unchecked  # 15 % measured on these 40
 
 
 @pytest.mark.parametrize("extra", [[], ["--decode", "ar", "-sys", demo_corpus.SYSTEM]])

@@ -248,3 +248,25 @@ def test_the_final_answer_of_a_tool_dialogue_is_the_one_marked() -> None:
                 d.messages[-1]["content"] + "<|im_end|>")
         else:
             assert e.answers == ()
+
+
+def test_with_calls_weighted_the_tool_call_is_marked_too() -> None:
+    """`--weight-tool-calls` marks the assistant piece that calls the tool (its arguments copy
+    the question's city or expression) as well as the answer, and nothing in other dialogues."""
+    from tokenizers import decoders
+    from train import tokenize
+
+    corpus = demo_corpus.make_corpus(1, arithmetic_pairs=20, repeats=1)
+    tok = demo_vocab.train_tokenizer([t for d in corpus.train for t, _ in demo_corpus.segments(d)], 512)
+    tok.decoder = decoders.ByteLevel()
+    kinds = set()
+    for d, e in zip(corpus.train, tokenize(corpus.train, tok, calls=True), strict=True):
+        if d.kind in ("weather", "calculator"):
+            kinds.add(d.kind)
+            assert e.answers == (0, 1)
+            start, end = e.spans[0]
+            call = tok.decode(list(e.ids[start:end]), skip_special_tokens=False)
+            assert call.count("<tool_call>") == 1 and d.messages[-3]["tool_calls"][0]["function"]["name"] in call
+        else:
+            assert e.answers == ()
+    assert kinds == {"weather", "calculator"}

@@ -66,22 +66,26 @@ def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int, plain: 
     """A weather round trip per city: exactly one get_weather call with {"city": city}, then, given
     the tool's result, the final answer the corpus would give (city, temperature and sky copied)."""
     calls_ok = round_trips = 0
+    misses = []
     for city in cities:
         question, result, answer = weather_turns(city, seed, plain)
-        _, calls, _ = reply(chat, question, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
+        content, calls, _ = reply(chat, question, DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
         try:
             ok = len(calls) == 1 and calls[0][0] == "get_weather" and json.loads(calls[0][1]) == {"city": city}
         except ValueError:
             ok = False
         calls_ok += ok
-        if ok:
-            turn = {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
-            text, _, _ = reply(chat, [*question, turn, result], DecodeParams(max_tokens=max_tokens),
-                               demo_corpus.TOOLS)
-            round_trips += text.strip() == answer
+        if not ok:
+            misses.append({"city": city, "call": calls or content})
+            continue
+        turn = {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
+        text, _, _ = reply(chat, [*question, turn, result], DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
+        round_trips += text.strip() == answer
+        if text.strip() != answer:
+            misses.append({"city": city, "answer": text.strip(), "expected": answer})
     n = max(1, len(cities))
-    return {"valid": calls_ok / n, "round_trip": round_trips / n, "n": len(cities)}
+    return {"valid": calls_ok / n, "round_trip": round_trips / n, "n": len(cities), "misses": misses}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['tokens_per_forward']:.2f}  passes/block {r['passes_per_block']:.1f}", file=sys.stderr)
     t = result["tool_calls"]
     print(f"tool calls {t['valid']:.0%} valid, {t['round_trip']:.0%} round trips of {t['n']}", file=sys.stderr)
+    for miss in t["misses"]:
+        print(f"  missed {miss['city']}: " + (f"called {miss['call']}" if "call" in miss
+                                              else f"answered {miss['answer']!r}"), file=sys.stderr)
     print(json.dumps(result))
     return 0
 

@@ -47,20 +47,27 @@ def demo_spec(n_vocab: int, *, hidden: int = 128, layers: int = 12, experts: int
     )
 
 
-def tokenize(dialogues: list, tok: object) -> list[Example]:
+def tokenize(dialogues: list, tok: object, calls: bool = False) -> list[Example]:
     """Each dialogue's segments, tokenized piece by piece as the model sees them, with the
-    assistant pieces that answer a tool's result marked."""
+    assistant pieces that answer a tool's result marked (and with `calls` those that call one)."""
     pieces = [list(demo_corpus.segments(d)) for d in dialogues]
     flat = [text for p in pieces for text, _ in p]
     encoded = iter(e.ids for e in tok.encode_batch(flat, add_special_tokens=False))  # type: ignore[attr-defined]
     return [example([(next(encoded), is_assistant) for _, is_assistant in p],
-                    [is_assistant and k > 0 and answers_a_tool(p[k - 1][0]) for k, (_, is_assistant) in enumerate(p)])
+                    [is_assistant and k > 0 and (answers_a_tool(p[k - 1][0]) or (calls and calls_a_tool(text)))
+                     for k, (text, is_assistant) in enumerate(p)])
             for p in pieces]
 
 
 def answers_a_tool(prompt: str) -> bool:
     """Whether the assistant text after this prompt piece answers a tool's result."""
     return "<tool_response>" in prompt
+
+
+def calls_a_tool(reply: str) -> bool:
+    """Whether this assistant piece calls a tool: its arguments copy a name or an expression
+    from the question, the copy the demo model misses most (a long unseen city)."""
+    return "<tool_call>" in reply
 
 
 def common_prefix(a: Example, b: Example) -> int:
@@ -212,6 +219,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tool-answer-weight", type=float, default=1.0,
                    help="how many times the tokens of an answer to a tool's result count in the losses: its "
                         "sky is one token in a thousand, and unweighted the model answered one sky for all")
+    p.add_argument("--weight-tool-calls", action=argparse.BooleanOptionalAction, default=False,
+                   help="the tool calls count --tool-answer-weight times too, not only the answers to their results")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -244,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     pieces = demo_corpus.name_pieces(arrays.tokens) if args.name_pieces else []
     if pieces:  # the vocabulary comes first; then the names are made of its pieces
         corpus = demo_corpus.make_corpus(args.seed, **sizes, pieces=pieces)
-    examples = tokenize(corpus.train, tok)
+    examples = tokenize(corpus.train, tok, args.weight_tool_calls)
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
                      expert_ff=args.expert_ff)
     model = CloverLM(spec)
@@ -262,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     log += run_phase(model, examples, args.steps, args.lr, random.Random(args.seed), run, "main")
     main_steps = run.steps - warmed
     if args.copy_steps:
-        mix = tokenize(copy_mix(corpus.train, args.seed, args.copy_others), tok)
+        mix = tokenize(copy_mix(corpus.train, args.seed, args.copy_others), tok, args.weight_tool_calls)
         log += run_phase(model, mix, args.copy_steps, args.copy_lr, random.Random(f"{args.seed}:copy"), run, "copy")
     if args.final_steps:  # the echoes taught the copy; the sums and tool turns settle without them
         plain = [e for e, d in zip(examples, corpus.train, strict=True) if d.kind != "echo"]
