@@ -29,12 +29,12 @@ class Example:
 
     ids: tuple[int, ...]
     spans: tuple[tuple[int, int], ...]  # [start, end) of each assistant segment
-    answers: tuple[int, ...] = ()  # indices into `spans` of the answers to a tool's result
+    answers: tuple[int, ...] = ()  # indices into `spans` weighted: answers to a tool's result (and, as asked, calls)
 
 
 def example(pieces: Sequence[tuple[Sequence[int], bool]], answers: Sequence[bool] = ()) -> Example:
     """An Example from (token ids, is_assistant) pieces in order; `answers` marks, per piece, the
-    assistant pieces that answer a tool's result."""
+    assistant pieces whose tokens are weighted (train.tokenize says which)."""
     ids: list[int] = []
     spans = []
     marked = []
@@ -61,8 +61,8 @@ class Batch:
     masked: Tensor  # (B, nb, L) positions replaced by the mask token (False on padding blocks)
     rate: Tensor  # (B, nb) the mask rate each block was drawn with
     valid: Tensor  # (B, nb) real blocks (False: padding blocks of a shorter example)
-    ar_answer: Tensor  # (B, T) rows whose target is in an answer to a tool's result
-    block_answer: Tensor  # (B, nb) blocks of such answers
+    ar_answer: Tensor  # (B, T) rows whose target is in a marked span (Example.answers)
+    block_answer: Tensor  # (B, nb) blocks of such spans
 
 
 def make_batch(examples: Sequence[Example], block_length: int, mask_id: int, pad_id: int,
@@ -111,9 +111,9 @@ def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True, answer_
            ) -> dict[str, Tensor]:
     """Causal loss, diffusion loss (zero without `diffusion`: the block stream is not run), the
     MoE load-balancing term of one batch, and (for the log, not trained on) the causal loss on
-    the answers to a tool's result alone.
+    the marked spans alone (answers to a tool's result, and with --weight-tool-calls the calls).
 
-    With `answer_weight` ≠ 1 the tokens of those answers (and their blocks) count that many times
+    With `answer_weight` ≠ 1 the tokens of those spans (and their blocks) count that many times
     in both losses (`tool_answer_weight` in train.py says why).
 
     The diffusion loss weights each masked position by 1/rate of its block and divides by the

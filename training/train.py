@@ -137,8 +137,9 @@ def run_phase(model: CloverLM, examples: list[Example], steps: int, peak_lr: flo
               run: Run, phase: str, diffusion: bool = True) -> list[dict]:
     """`steps` optimizer steps over `examples` (a fresh AdamW, warm-up then cosine to a tenth of
     `peak_lr`), with the diffusion objective or the causal one alone; returns the logged rows
-    (the losses of the row's step, and `answer`: the mean causal loss on answers to a tool's
-    result over the steps since the last row). `--minutes` bounds the whole run's wall time."""
+    (the losses of the row's step, and `answer`: the mean causal loss on the marked spans,
+    the answers to a tool's result and as asked the calls, over the steps since the last row).
+    `--minutes` bounds the whole run's wall time."""
     args = run.args
     opt = torch.optim.AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.01)
     feed = batches(examples, args.batch_tokens, order)
