@@ -81,8 +81,9 @@ def tool_calls(chat: Any, cities: list[str], seed: int, max_tokens: int, plain: 
         turn = {"role": "assistant", "content": "", "tool_calls": [
             {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}
         text, _, _ = reply(chat, [*question, turn, result], DecodeParams(max_tokens=max_tokens), demo_corpus.TOOLS)
-        round_trips += text.strip() == answer
-        if text.strip() != answer:
+        if text.strip() == answer:
+            round_trips += 1
+        else:
             misses.append({"city": city, "answer": text.strip(), "expected": answer})
     n = max(1, len(cities))
     return {"valid": calls_ok / n, "round_trip": round_trips / n, "n": len(cities), "misses": misses}

@@ -29,12 +29,12 @@ class Example:
 
     ids: tuple[int, ...]
     spans: tuple[tuple[int, int], ...]  # [start, end) of each assistant segment
-    answers: tuple[int, ...] = ()  # indices into `spans` weighted: answers to a tool's result (and, as asked, calls)
+    answers: tuple[int, ...] = ()  # indices into `spans` of the weighted pieces (train.weighted)
 
 
 def example(pieces: Sequence[tuple[Sequence[int], bool]], answers: Sequence[bool] = ()) -> Example:
     """An Example from (token ids, is_assistant) pieces in order; `answers` marks, per piece, the
-    assistant pieces whose tokens are weighted (train.tokenize says which)."""
+    assistant pieces whose tokens are weighted (train.weighted says which)."""
     ids: list[int] = []
     spans = []
     marked = []
@@ -144,9 +144,9 @@ def losses(model: torch.nn.Module, batch: Batch, diffusion: bool = True, answer_
 
 
 def _answer_loss(model: torch.nn.Module, x: Tensor, batch: Batch) -> Tensor:
-    """Mean causal loss on the answers to a tool's result, without gradient: those answers are a
-    few tokens in a thousand, so the mean loss hides whether the one token there that only the
-    result tells (the weather's sky) was learnt."""
+    """Mean causal loss on the marked spans (answers to a tool's result, and the calls where they
+    are marked), without gradient: they are a few tokens in a thousand, so the mean loss hides
+    whether the one token there that only the result tells (the weather's sky) was learnt."""
     if not batch.ar_answer.any():
         return x.new_zeros(())
     with torch.no_grad():

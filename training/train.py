@@ -54,9 +54,15 @@ def tokenize(dialogues: list, tok: object, calls: bool = False) -> list[Example]
     flat = [text for p in pieces for text, _ in p]
     encoded = iter(e.ids for e in tok.encode_batch(flat, add_special_tokens=False))  # type: ignore[attr-defined]
     return [example([(next(encoded), is_assistant) for _, is_assistant in p],
-                    [is_assistant and k > 0 and (answers_a_tool(p[k - 1][0]) or (calls and calls_a_tool(text)))
+                    [is_assistant and k > 0 and weighted(p[k - 1][0], text, calls)
                      for k, (text, is_assistant) in enumerate(p)])
             for p in pieces]
+
+
+def weighted(prompt: str, reply: str, calls: bool) -> bool:
+    """Whether an assistant piece's tokens get --tool-answer-weight: it answers a tool's result,
+    or (with `calls`) it calls a tool."""
+    return answers_a_tool(prompt) or (calls and calls_a_tool(reply))
 
 
 def answers_a_tool(prompt: str) -> bool:
