@@ -28,6 +28,7 @@ from .options import (
 )
 
 DEFAULT_PORT = 8085
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0  # within `docker stop`'s 10 s before it kills
 
 
 def _env(name: str) -> str:
@@ -60,6 +61,7 @@ class ServeOptions:
     slot_save_path: Path | None = None
     verify: bool | None = None
     offload: OffloadRequest | None = None  # -ngl, --cpu-moe, --n-cpu-moe, --device, --main-gpu
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
 
 
 def command(
@@ -144,6 +146,11 @@ def command(
     slot_save_path: Annotated[Path | None, typer.Option(
         "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
         help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
+    shutdown_timeout: Annotated[float, typer.Option(
+        "--shutdown-timeout", envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0,
+        help="On Ctrl-C, SIGTERM or clover stop, seconds running replies may take to finish; then they "
+             "are cut with a server_shutting_down error (queued and new requests get 503 at once).")
+    ] = DEFAULT_SHUTDOWN_TIMEOUT_S,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
@@ -171,7 +178,8 @@ def command(
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         verify=verify, offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))
+        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu),
+        shutdown_timeout=shutdown_timeout)
     from clover_runtime.torch_backend.group import request_device
 
     request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
@@ -228,7 +236,7 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
     args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.per_seq),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
             "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
-            "--checkpoint-every", str(opts.checkpoint_every)]
+            "--checkpoint-every", str(opts.checkpoint_every), "--shutdown-timeout", f"{opts.shutdown_timeout:g}"]
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
     if opts.allowed_hosts:
@@ -335,6 +343,7 @@ def _foreground(opts: ServeOptions) -> None:
         block_length=opts.block_length, verify=opts.verify, ctx_checkpoints=opts.ctx_checkpoints,
         checkpoint_every=opts.checkpoint_every,
         slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
+        shutdown_timeout_s=opts.shutdown_timeout,
         shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
@@ -356,7 +365,7 @@ def _foreground(opts: ServeOptions) -> None:
     started = time.monotonic()
     record = service.ServerRecord(pid=os.getpid(), port=port, host=opts.host, model=prep.model_id,
                                   started=time.time(), token=token, log=os.environ.get(service.LOG_ENV),
-                                  version=__version__)
+                                  version=__version__, shutdown_timeout=opts.shutdown_timeout)
 
     def on_listening() -> None:
         service.write_record(record)

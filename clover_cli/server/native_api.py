@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError
+from .generation import shutting_down_error
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, SlotFileRequest, TokenizeRequest, parse_body
 from .state import ServerState
 
@@ -26,7 +27,10 @@ def _state(request: Request) -> ServerState:
 @router.api_route("/health", methods=["GET", "HEAD"])
 @router.api_route("/v1/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> Any:
-    _state(request).require_backend()
+    state = _state(request)
+    if state.runner.stopping:
+        raise shutting_down_error()
+    state.require_backend()
     return {"status": "ok"}
 
 
@@ -158,6 +162,5 @@ async def shutdown(request: Request) -> Any:
         raise APIError(404, "File Not Found")
     if not hmac.compare_digest(given.encode(), token.encode()):
         raise APIError(403, "wrong shutdown token")
-    state.runner.cancel_all()
-    state.request_exit()
+    state.request_exit()  # the server drains: see CloverServer.shutdown
     return JSONResponse({"status": "stopping"}, status_code=202)

@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError, context_exceeded, template_error
-from .generation import PING, Failed, Generation
+from .generation import PING, Failed, Generation, shutting_down_error
 from .schemas import ChatRequest, CompletionRequest, parse_body
-from .shapes import Envelope, new_id, public_reason, tool_call_chunk
+from .shapes import Envelope, new_id, tool_call_chunk
 from .sse import DONE_FRAME, PING_FRAME, EventStreamResponse, frame
 from .state import ServerState
 
@@ -47,14 +47,40 @@ def _timeout_error(state: ServerState) -> APIError:
     return APIError(504, f"generation timed out after {state.settings.timeout_s:g} s (-to/--timeout)")
 
 
-async def _start(state: ServerState, job: Any) -> Generation:
+def _unfinished(state: ServerState, gen: Generation, result: Reply) -> APIError | None:
+    """Why a reply did not really finish (None when it did): `stop`, `length` and `tool_calls` are
+    reported only when true, never for a reply that was cut."""
+    if result.finish_reason not in (None, "cancelled"):
+        return None
+    state.metrics.count("requests_errors_total")
+    if gen.timed_out:
+        return _timeout_error(state)
+    if gen.cut_by_shutdown or state.runner.stopping:
+        return shutting_down_error(cut=True)
+    log.error("a generation ended without finishing its reply (%s)", result.finish_reason or "no end event")
+    return APIError(500, "internal error: the generation stopped before the reply was finished")
+
+
+async def _start(request: Request, state: ServerState, job: Any) -> Generation:
+    """A running generation for `job`; a client that leaves while waiting for a slot leaves the line."""
     state.metrics.count("requests_total")
+    starting = asyncio.ensure_future(state.runner.start(job, state.settings.timeout_s))
+    watcher = asyncio.ensure_future(_until_disconnect(request))
     try:
-        return await state.runner.start(job, state.settings.timeout_s)
-    except APIError as exc:
-        if exc.status == 503:
-            state.metrics.count("requests_rejected_total")
-        raise
+        await asyncio.wait({starting, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not starting.done():
+            starting.cancel()
+    (outcome,) = await asyncio.gather(starting, return_exceptions=True)
+    if isinstance(outcome, Generation):
+        return outcome
+    if isinstance(outcome, asyncio.CancelledError):
+        state.metrics.count("requests_cancelled_total")
+        raise APIError(499, "client closed the request")
+    if isinstance(outcome, APIError) and outcome.status == 503:
+        state.metrics.count("requests_rejected_total")
+    raise outcome
 
 
 async def _until_disconnect(request: Request) -> None:
@@ -79,22 +105,24 @@ async def _collect(request: Request, state: ServerState, gen: Generation) -> Rep
 
     watcher = asyncio.ensure_future(_until_disconnect(request))
     consumer = asyncio.ensure_future(consume())
+    left = False
     try:
         await asyncio.wait({watcher, consumer}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not consumer.done():
+        if not consumer.done():  # the client left (or this task was cancelled): nobody reads the reply
+            left = True
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
             consumer.cancel()
         watcher.cancel()
-    if consumer.cancelled():
+    if left:
         raise APIError(499, "client closed the request")
     if failure is not None:
         state.metrics.count("requests_errors_total")
         raise _failure(failure)
-    if gen.timed_out:
-        state.metrics.count("requests_errors_total")
-        raise _timeout_error(state)
+    error = _unfinished(state, gen, result)
+    if error is not None:
+        raise error
     state.metrics.record(result.usage, result.timings)
     return result
 
@@ -126,12 +154,12 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                 yield frame(env.chat_chunk({"tool_calls": [tool_call_chunk(event)]}))
             elif isinstance(event, Progress) and req.return_progress:
                 yield frame(env.chat_chunk({}, diffusion_progress=state.backend.progress_body(event)))
-        if gen.timed_out:
-            state.metrics.count("requests_errors_total")
-            yield frame(_timeout_error(state).body())
+        error = _unfinished(state, gen, result)
+        if error is not None:
+            yield frame(error.body())
             return
         state.metrics.record(result.usage, result.timings)
-        last = env.chat_chunk({}, public_reason(result.finish_reason) or "stop")
+        last = env.chat_chunk({}, result.finish_reason)
         if req.include_usage:
             yield frame(last)
             yield frame(env.usage_chunk("chat.completion.chunk", result.usage, result.timings))
@@ -140,7 +168,7 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
             yield frame(last)
         yield DONE_FRAME
     finally:
-        if not gen.finished.is_set():
+        if not gen.finished.is_set() and not gen.cut_by_shutdown:
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
 
@@ -161,12 +189,12 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
             result.add(event)
             if isinstance(event, ContentDelta) and event.text:
                 yield frame(env.text(event.text, None, chunk=True))
-        if gen.timed_out:
-            state.metrics.count("requests_errors_total")
-            yield frame(_timeout_error(state).body())
+        error = _unfinished(state, gen, result)
+        if error is not None:
+            yield frame(error.body())
             return
         state.metrics.record(result.usage, result.timings)
-        reason = public_reason(result.finish_reason) or "stop"
+        reason = result.finish_reason
         if req.include_usage:
             yield frame(env.text("", reason, chunk=True))
             usage = env.usage_chunk("text_completion", result.usage, result.timings)
@@ -175,7 +203,7 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
             yield frame(env.text("", reason, None, result.timings, chunk=True))
         yield DONE_FRAME
     finally:
-        if not gen.finished.is_set():
+        if not gen.finished.is_set() and not gen.cut_by_shutdown:
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
 
@@ -187,7 +215,7 @@ async def chat_completions(request: Request) -> Any:
     req = parse_body(await request.body(), ChatRequest)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.chat_job, req)
-    gen = await _start(state, job)
+    gen = await _start(request, state, job)
     env = _envelope(state, "chatcmpl-")
     if req.stream:
         return EventStreamResponse(_chat_stream(state, gen, req, env))
@@ -202,7 +230,7 @@ async def completions(request: Request) -> Any:
     req = parse_body(await request.body(), CompletionRequest)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.completion_job, req)
-    gen = await _start(state, job)
+    gen = await _start(request, state, job)
     env = _envelope(state, "cmpl-")
     if req.stream:
         return EventStreamResponse(_completion_stream(state, gen, req, env))
@@ -210,7 +238,7 @@ async def completions(request: Request) -> Any:
     text = result.content
     if req.echo:
         text = req.prompt + text
-    return JSONResponse(env.text(text, public_reason(result.finish_reason), result.usage, result.timings))
+    return JSONResponse(env.text(text, result.finish_reason, result.usage, result.timings))
 
 
 @router.get("/v1/models")

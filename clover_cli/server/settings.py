@@ -39,6 +39,7 @@ class ServerSettings:
     ctx_checkpoints: int = 8  # prompt-cache checkpoints per slot (--ctx-checkpoints)
     checkpoint_every: int = 2048  # and one every N tokens of a long prefill (--checkpoint-every)
     slot_save_path: str | None = None  # folder for POST /slots/{id}?action=save|restore (--slot-save-path)
+    shutdown_timeout_s: float = 5.0  # seconds running replies may finish in once shutdown begins
     shutdown_token: str | None = None
     build: str = "clover"
     extra_props: dict = field(default_factory=dict)
@@ -71,3 +72,4 @@ class ServerSettings:
         if not extra:
             return LOCAL_ORIGIN_REGEX
         return f"(?:{LOCAL_ORIGIN_REGEX})|(?:^(?:{'|'.join(extra)})$)"
+

@@ -74,7 +74,7 @@ class Envelope:
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": self.fingerprint,
             "choices": [{"index": 0, "message": chat_message(result), "logprobs": None,
-                         "finish_reason": public_reason(result.finish_reason)}],
+                         "finish_reason": result.finish_reason}],
             "usage": usage_body(result.usage), "timings": timings_body(result.timings),
         }
 
@@ -106,9 +106,3 @@ class Envelope:
             body["timings"] = timings_body(timings)
         return body
 
-
-def public_reason(reason: str | None) -> str | None:
-    """OpenAI knows no "cancelled": a stopped generation reports where it stopped."""
-    if reason == "cancelled":
-        return "stop"
-    return reason
