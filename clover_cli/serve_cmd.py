@@ -62,6 +62,7 @@ class ServeOptions:
     verify: bool | None = None
     offload: OffloadRequest | None = None  # -ngl, --cpu-moe, --n-cpu-moe, --device, --main-gpu
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    slots_verbose: bool = False
 
 
 def command(
@@ -146,10 +147,14 @@ def command(
     slot_save_path: Annotated[Path | None, typer.Option(
         "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
         help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
+    slots_verbose: Annotated[bool, typer.Option(
+        "--slots-verbose", envvar=_env("SLOTS_VERBOSE"),
+        help="GET /slots also shows each slot's prompt text (off: counts and state only).")] = False,
     shutdown_timeout: Annotated[float, typer.Option(
-        "--shutdown-timeout", envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0,
-        help="On Ctrl-C, SIGTERM or clover stop, seconds running replies may take to finish; then they "
-             "are cut with a server_shutting_down error (queued and new requests get 503 at once).")
+        "--shutdown-timeout", envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0, show_default=False,
+        help=f"On Ctrl-C, SIGTERM or clover stop, seconds running replies may take to finish (default "
+             f"{DEFAULT_SHUTDOWN_TIMEOUT_S:g}); then they are cut with a server_shutting_down error. Queued and "
+             "new requests get 503 at once.")
     ] = DEFAULT_SHUTDOWN_TIMEOUT_S,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
@@ -179,7 +184,7 @@ def command(
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         verify=verify, offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
         slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu),
-        shutdown_timeout=shutdown_timeout)
+        shutdown_timeout=shutdown_timeout, slots_verbose=slots_verbose)
     from clover_runtime.torch_backend.group import request_device
 
     request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
@@ -237,6 +242,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
             "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
             "--checkpoint-every", str(opts.checkpoint_every), "--shutdown-timeout", f"{opts.shutdown_timeout:g}"]
+    if opts.slots_verbose:
+        args.append("--slots-verbose")
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
     if opts.allowed_hosts:
@@ -343,7 +350,7 @@ def _foreground(opts: ServeOptions) -> None:
         block_length=opts.block_length, verify=opts.verify, ctx_checkpoints=opts.ctx_checkpoints,
         checkpoint_every=opts.checkpoint_every,
         slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
-        shutdown_timeout_s=opts.shutdown_timeout,
+        shutdown_timeout_s=opts.shutdown_timeout, slots_verbose=opts.slots_verbose,
         shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:

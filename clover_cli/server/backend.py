@@ -223,18 +223,22 @@ class Backend:
                 "timings": {"restore_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
 
     def slot_info(self, slot: int, processing: bool) -> dict[str, Any]:
-        """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds."""
+        """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds. The
+        prompt is another client's conversation: its text is shown only with --slots-verbose."""
         cache = self.caches[slot]
         tokens = list(cache.tokens)
-        return {
+        info: dict[str, Any] = {
             "id": slot, "id_task": -1, "n_ctx": self.n_ctx, "speculative": False, "is_processing": processing,
-            "params": {}, "prompt": self.tokenizer.decode(tokens),
+            "params": {},
             "next_token": [{"has_next_token": processing, "has_new_line": False, "n_remain": -1, "n_decoded": 0,
                             "stopping_word": ""}],
             "n_cached_tokens": len(tokens),
             "checkpoints": [{"n_past": c.n_past} for c in list(cache.checkpoints)],
             "checkpoint_bytes": cache.checkpoint_bytes,
         }
+        if self.settings.slots_verbose:
+            info["prompt"] = self.tokenizer.decode(tokens)
+        return info
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:

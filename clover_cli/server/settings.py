@@ -40,6 +40,7 @@ class ServerSettings:
     checkpoint_every: int = 2048  # and one every N tokens of a long prefill (--checkpoint-every)
     slot_save_path: str | None = None  # folder for POST /slots/{id}?action=save|restore (--slot-save-path)
     shutdown_timeout_s: float = 5.0  # seconds running replies may finish in once shutdown begins
+    slots_verbose: bool = False  # GET /slots shows each slot's prompt text (--slots-verbose)
     shutdown_token: str | None = None
     build: str = "clover"
     extra_props: dict = field(default_factory=dict)
