@@ -7,6 +7,8 @@ maps the status code to an exception class) see what they expect.
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -82,6 +84,17 @@ def context_exceeded(n_prompt: int, n_ctx: int, what: str = "messages") -> APIEr
     )
 
 
+def redact_paths(message: str, folders: Iterable[str]) -> str:
+    """`message` without this machine's folders (a client has no business knowing them): a file
+    inside one keeps only its path below it, the folder itself reads `<server folder>`.
+    `folders` should come longest first, so a nested folder is cut before its parent."""
+    for folder in folders:
+        for form in dict.fromkeys((folder, folder.replace("\\", "\\\\"))):
+            message = re.sub(re.escape(form) + r"[/\\]+", "", message)
+            message = re.sub(re.escape(form) + r"(?![\w.-])", "<server folder>", message)
+    return message
+
+
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return APIError(status, message, headers=headers).response()
 
@@ -105,8 +118,8 @@ def install_handlers(app: FastAPI) -> None:
     """Map every exception the app can raise onto an OpenAI-shaped body; no traceback ever leaves."""
 
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return request.app.state.clover.public(exc).response()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

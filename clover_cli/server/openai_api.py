@@ -143,7 +143,7 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                 continue
             if isinstance(event, Failed):
                 state.metrics.count("requests_errors_total")
-                yield frame(_failure(event.exc).body())
+                yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
             if isinstance(event, ContentDelta) and event.text:
@@ -184,7 +184,7 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
                 continue
             if isinstance(event, Failed):
                 state.metrics.count("requests_errors_total")
-                yield frame(_failure(event.exc).body())
+                yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
             if isinstance(event, ContentDelta) and event.text:
