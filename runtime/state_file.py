@@ -243,8 +243,9 @@ def _open(path: Path) -> BinaryIO:
 def load(cache: PromptCache, path: Path) -> Loaded:
     """Replace what `cache` holds with the state saved at `path`.
 
-    Raises StateFileError (and leaves the cache as it was) when the file is missing, unreadable,
-    damaged, was saved from another model file, or holds more tokens than the cache's context.
+    Raises StateFileError when the file is missing, unreadable, damaged, was saved from another
+    model file, or holds more tokens than the cache's context. A file its checks refuse leaves the
+    cache as it was; a read error after them (the disk failing mid-read) leaves it empty.
     """
     path = Path(path)
     with _open(path) as fh:
