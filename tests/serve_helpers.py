@@ -7,6 +7,8 @@ middleware, worker threads and the engine exactly as in production.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from clover_cli.server import ServerSettings, create_app
 from clover_cli.server.launch import bind, uvicorn_config
 
 LOAD_TIMEOUT_S = 120.0
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class LiveServer:
@@ -89,6 +92,32 @@ def live_server(session_factory: Callable[[], Any], wait_loaded: bool = True,
         live.state.runner.cancel_all()
         server.should_exit = True
         thread.join(15)
+
+
+@contextmanager
+def clover_serve(args: list[str], env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """`clover serve ARGS` started as a user starts it, in the foreground on a free loopback port: yields
+    its base URL once it listens, and the stderr lines (a reader thread keeps adding them)."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", *args, "--port", str(port)], cwd=ROOT,
+                            env=env, text=True, encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        line = proc.stdout.readline()  # blocks until the server listens (or dies)
+        assert line.startswith(f"listening on http://127.0.0.1:{port}"), (line, "".join(err))
+        yield f"http://127.0.0.1:{port}", err
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        reader.join(10)
 
 
 def sse_events(lines: Iterator[str]) -> Iterator[str]:
