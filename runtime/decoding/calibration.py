@@ -10,12 +10,11 @@ or read-only record only means the next reply measures from scratch.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from ..atomic_write import write_bytes
 from ..paths import cache_dir
 from .auto import Costs
 
@@ -102,9 +101,6 @@ def update(model: Any, costs: Costs) -> None:
         path = record_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=FILE_NAME, suffix=".tmp", dir=path.parent)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-            os.replace(tmp, path)
+            write_bytes(path, json.dumps(data, indent=1).encode("utf-8"))
         except OSError:
             pass  # a read-only cache: the next process measures again
