@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's device measurements as one prepared run on a lent GPU machine (about 10 minutes):
+# Issue 14's device measurements as one prepared run on a lent GPU machine (about 12 minutes):
 # the torch backend's equivalence tests there, then pp512 / tg128 / dg128 (reveal k = 1, 2, 4, 8
 # tokens per pass, so the figure does not depend on random weights' confidence) on a 40-layer
 # real-shape Q4_K_M file written there (sparse: the values do not matter for speed), all on the
@@ -33,3 +33,19 @@ bench() {  # name, then bench flags
 bench gpu -ngl 99 -p 512 -n 128 -dg 128 --reveal-k 1,2,4,8
 bench cpu-moe -ngl 99 --cpu-moe -p 512 -n 128 -dg 128 --reveal-k 4
 bench cpu -ngl 0 -p 0 -n 128 -dg 0
+
+# Issue 34: --decode auto against --decode ar on the GPU, interleaved (the timings' ar_n and
+# diffusion_n say which mode wrote what; the text must be the same): a 4-layer real-shape file with
+# random weights (previews never agree) and the shipped demo model.
+REAL4=/tmp/real4-Q4_K_M.gguf
+python3 -m clover_cli make-model "$REAL4" --preset real-shape --layers 4
+for round in 1 2; do
+    for d in ar auto; do
+        timeout 120 python3 -m clover_cli run "$REAL4" "Write a short story about a robot who learns to paint." \
+            -n 64 --temp 0 --no-think --json -ngl 99 --decode "$d" 2>/dev/null | tr -d '\n' >> "$OUT/auto-real4.jsonl"
+        echo >> "$OUT/auto-real4.jsonl"
+        timeout 60 python3 -m clover_cli run demo "What is 48 + 36?" -n 64 --no-think --json -ngl 99 \
+            --decode "$d" 2>/dev/null | tr -d '\n' >> "$OUT/auto-demo.jsonl"
+        echo >> "$OUT/auto-demo.jsonl"
+    done
+done

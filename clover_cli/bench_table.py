@@ -61,6 +61,8 @@ def _markdown(recs: Sequence[dict], build: BuildInfo) -> str:
     if any(r["diffusion"] for r in recs):
         cols.append(("tok/fwd", lambda r: f"{r['tokens_per_forward']:.2f}" if r["diffusion"] else "", "r"))
         cols.append(("passes/blk", lambda r: f"{r['passes_per_block']:.2f}" if r["diffusion"] else "", "r"))
+        # a pass's cost in decode steps = the tokens per pass diffusion needs to beat AR (break-even)
+        cols.append(("pass cost", lambda r: f"{r['pass_steps']:.1f} steps" if r.get("pass_steps") else "", "r"))
     cells = [[fn(r) for _, fn, _ in cols] for r in recs]
     widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, (name, _, _) in enumerate(cols)]
 

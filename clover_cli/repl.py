@@ -135,17 +135,17 @@ class Repl:
 
     def _save(self, path: Path) -> None:
         """The conversation as JSON, and beside it (FILE.state) the prompt state it leaves."""
-        from clover_runtime import state_file
+        from clover_runtime import atomic_write, state_file
 
         conversation = {"system": self.system, "messages": self.history}
         held = ""
-        try:
-            path.write_text(json.dumps(conversation, ensure_ascii=False, indent=2), encoding="utf-8")
+        try:  # replaced whole or not at all: a full disk keeps the previous save
+            atomic_write.write_text(path, json.dumps(conversation, ensure_ascii=False, indent=2))
             if self.cache is not None and self.cache.n_cached:
                 state_file.save(self.cache, state_path(path))
                 held = f" and {self.cache.n_cached} tokens of state"
         except OSError as exc:
-            self.con.print(f"cannot save {path}: {exc.strerror}", markup=False)
+            self.con.print(f"cannot save {path}: {exc.strerror or exc}", markup=False)
             return
         except state_file.StateFileError as exc:
             self.con.print(f"cannot save the state: {exc.message}", markup=False)
@@ -160,6 +160,9 @@ class Repl:
             system, history = data.get("system"), list(data["messages"])
             if not all(isinstance(m, dict) and "role" in m for m in history):
                 raise ValueError("every message needs a role")
+        except RecursionError:
+            self.con.print(f"cannot load {path}: its JSON is nested too deeply", markup=False)
+            return
         except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
             self.con.print(f"cannot load {path}: {exc}", markup=False)
             return

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from . import api_keys
 from .completion import complete_model
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class ServeOptions:
 
 
 def command(
+    context: typer.Context,
     model_arg: Annotated[str | None, typer.Argument(
         metavar="MODEL", autocompletion=complete_model, show_default=False,
         help="Model: demo (shipped with clover), a .gguf path, owner/repo[:QUANT], hf.co/owner/repo[:QUANT] "
@@ -90,10 +92,10 @@ def command(
         help="Model id reported by /v1/models and in responses.")] = None,
     api_key: Annotated[list[str] | None, typer.Option(
         "--api-key", envvar=_env("API_KEY"), show_default=False,
-        help="Require this API key (repeat, or comma-separate, for several).")] = None,
+        help="Require this API key (repeat, or comma-separate, for several; a key may hold spaces).")] = None,
     api_key_file: Annotated[Path | None, typer.Option(
         "--api-key-file", envvar=_env("API_KEY_FILE"), show_default=False,
-        help="File with one API key per line.")] = None,
+        help="File with one API key per line (UTF-8 or UTF-16; keep it private: chmod 600).")] = None,
     cors_origins: Annotated[str | None, typer.Option(
         "--cors-origins", envvar=_env("CORS_ORIGINS"), show_default=False,
         help="Extra browser origins allowed, comma-separated ('*' for any); "
@@ -177,7 +179,8 @@ def command(
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     opts = ServeOptions(
         model=model, host=host, port=port, ctx=ctx, parallel=parallel, alias=alias,
-        api_keys=_collect_keys(api_key or [], api_key_file),
+        api_keys=api_keys.collect(api_key, api_key_file,
+                                  from_env=context.get_parameter_source("api_key").name == "ENVIRONMENT"),
         cors_origins=tuple(o.strip() for o in (cors_origins or "").split(",") if o.strip()),
         allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
@@ -199,21 +202,6 @@ def command(
         _detach(opts)
     else:
         _foreground(opts)
-
-
-def _collect_keys(values: list[str], key_file: Path | None) -> tuple[str, ...]:
-    from clover_runtime.errors import CloverError
-
-    keys = [k.strip() for v in values for k in v.replace(",", " ").split() if k.strip()]
-    if key_file is not None:
-        try:
-            text = key_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CloverError(f"cannot read --api-key-file {key_file}: {exc.strerror}") from None
-        keys += [line.strip() for line in text.splitlines() if line.strip()]
-        if not keys:
-            raise CloverError(f"--api-key-file {key_file} holds no keys")
-    return tuple(dict.fromkeys(keys))
 
 
 @dataclass
@@ -301,7 +289,7 @@ def _detach(opts: ServeOptions) -> None:
     for name in ("CLOVER_API_KEY", "CLOVER_API_KEY_FILE", "CLOVER_DETACH", "CLOVER_MODEL"):
         env.pop(name, None)
     if opts.api_keys:
-        env["CLOVER_API_KEY"] = ",".join(opts.api_keys)
+        env[api_keys.ENV] = api_keys.to_env(opts.api_keys)  # one per line: a key may hold spaces or commas
     console.info(f"starting clover serve in the background (log: {log_path})")
     proc = service.spawn_detached(_child_args(opts, prep), log_path, env)
     record = service.wait_ready(proc, opts.port, log_path, timeout=max(60.0, opts.timeout))

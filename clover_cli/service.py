@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from clover_runtime import paths
+from clover_runtime import atomic_write, paths
 from clover_runtime.errors import CloverError
 
 LOG_ENV = "CLOVER_SERVE_LOG"
@@ -78,22 +78,9 @@ def write_record(record: ServerRecord) -> Path:
     folder = state_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = record_path(record.port)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    data = json.dumps(asdict(record), indent=2).encode("utf-8")
-    try:
-        tmp.unlink()  # a stale file would keep its old (maybe wider) mode through O_CREAT
-    except FileNotFoundError:
-        pass
-    if os.name == "posix":
-        # Created 0600 (and exclusively), so the token is never readable by others, not even briefly.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-    else:
-        # Windows ignores POSIX modes; the data folder is under the user's profile, which only that
-        # user (and administrators) can read.
-        tmp.write_bytes(data)
-    os.replace(tmp, path)
+    # Created 0600 and exclusively under a fresh name, so the token is never readable by others, not
+    # even briefly (Windows ignores POSIX modes: the data folder is under the user's own profile).
+    atomic_write.write_text(path, json.dumps(asdict(record), indent=2), mode=0o600)
     return path
 
 

@@ -163,9 +163,34 @@ def decoder_runner() -> DiffusionRunner:
             if isinstance(event, decoding.DoneEvent):
                 stats = event.stats
         wall = time.perf_counter_ns() - start
-        return _diffusion_extras(stats, wall)
+        return {**_diffusion_extras(stats, wall), "pass_steps": pass_cost_in_steps(model, cfg.block_length)}
 
     return run
+
+
+def pass_cost_in_steps(model: Any, block_length: int | None, reps: int = 3) -> float:
+    """One preview pass of a whole block (a logit row per position) in decode steps, on a short
+    scratch sequence: the tokens per pass block diffusion must reach to beat AR (`--decode auto`
+    decides with the same figure, measured as it decodes). Medians of `reps` timings."""
+    mask = model.config.diffusion.mask_token_id
+    if mask is None:
+        return 0.0
+    n = int(block_length or model.config.diffusion.block_length)
+    block = [int(mask)] * n
+    state = model.new_state(n + 4)
+    model.forward([0, 1], state, last_only=True)
+    snapshot = state.copy()
+    steps, passes = [], []
+    for _ in range(reps):
+        t = time.perf_counter()
+        model.preview(block, state, logit_rows=list(range(n)))
+        passes.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        model.forward([0], state, last_only=True)
+        steps.append(time.perf_counter() - t)
+        model.restore(state, snapshot)
+    step = float(np.median(steps))
+    return float(np.median(passes)) / step if step > 0 else 0.0
 
 
 def _diffusion_extras(stats: Any, wall_ns: int) -> dict[str, float]:
@@ -344,6 +369,7 @@ def records(facts: ModelFacts, cfg: BenchConfig, results: Sequence[BenchResult],
                 "avg_steps_per_s": passes / secs if secs > 0 else 0.0,
                 "tokens_per_forward": r.extras.get("tokens_per_forward", 0.0),
                 "passes_per_block": r.extras.get("passes_per_block", 0.0),
+                "pass_steps": r.extras.get("pass_steps", 0.0),
             })
         out.append(rec)
     return out

@@ -89,6 +89,10 @@ def _timings(stats: Any, cache_n: int) -> dict[str, float]:
         "blocks": stats.blocks,
         "passes_per_block": round(stats.passes_per_block, 3),
         "experts_per_pass": round(stats.experts_per_pass, 2),
+        "ar_n": stats.ar_tokens,  # tokens each mode wrote, and its speed (`--decode auto` mixes them)
+        "ar_per_second": round(stats.ar_per_second, 3),
+        "diffusion_n": stats.diffusion_tokens,
+        "diffusion_per_second": round(stats.diffusion_per_second, 3),
     }
 
 

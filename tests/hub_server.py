@@ -14,7 +14,8 @@ It answers what the installed `huggingface_hub` client and clover call:
 Tests can make it cut a transfer after N bytes (`cut_after`), stall after N bytes until released
 (`stall_after`, to kill a client mid-file), send slowly (`rate`), serve a file with one byte flipped (`corrupt`),
 answer an error for a repository (`deny`), require a token (`gated`), or stop answering (`stop()`). It counts the
-body bytes it sends, in total and per request (`transfers`).
+body bytes it sends, in total and per request (`transfers`). As a hostile mirror it can lie about a file (`lies`:
+the path its listing shows, the ETag it sends) or send any commit id (`commits`).
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ class Transfer:
 
 
 @dataclass
+class Lie:
+    """What a hostile mirror says about the repository's file `real`: the path its listing shows and the ETag
+    (also sent as X-Linked-Etag) its resolve answers carry; None keeps the truth."""
+
+    real: str
+    path: str | None = None
+    etag: str | None = None
+
+
+@dataclass
 class HubState:
     repos: dict[str, dict[str, HostedFile]] = field(default_factory=dict)
     commits: dict[str, str] = field(default_factory=dict)
@@ -93,6 +104,7 @@ class HubState:
     release: threading.Event = field(default_factory=threading.Event)
     stalled: threading.Event = field(default_factory=threading.Event)
     corrupt: set[str] = field(default_factory=set)  # paths served with one byte flipped
+    lies: dict[str, Lie] = field(default_factory=dict)  # repo -> what the mirror says instead of the truth
     page_size: int = 1000
     rate: float | None = None  # bytes per second per transfer (to watch a progress bar move)
     transfers: list[Transfer] = field(default_factory=list)
@@ -215,6 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
         if m:
             self._resolve(m.group(1), m.group(3))
             return
+        for repo in self.state.lies:  # a lied path the client normalised (`a/../..` away): answer for the lie
+            self._resolve(repo, self.state.lies[repo].real)
+            return
         self._error(404, None, "not found")
 
     def _tree(self, repo: str, under: str, query: dict[str, list[str]]) -> None:
@@ -243,7 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
                         folders.add(folder)
                         entries.append({"type": "directory", "oid": hashlib.sha1(folder.encode()).hexdigest(),
                                         "size": 0, "path": folder})
-            entries.append({"type": "file", "oid": f.git_oid, "size": f.size, "path": f.path,
+            lie = self.state.lies.get(repo)
+            shown = lie.path if lie is not None and lie.real == f.path and lie.path is not None else f.path
+            entries.append({"type": "file", "oid": f.git_oid, "size": f.size, "path": shown,
                             "lfs": {"oid": f.sha256, "size": f.size, "pointerSize": 134}})
         start = int(query.get("cursor", ["0"])[0])
         page = entries[start:start + self.state.page_size]
@@ -258,12 +275,14 @@ class _Handler(BaseHTTPRequestHandler):
         files = self._repo(repo)
         if files is None:
             return
-        f = files.get(file_path)
+        lie = self.state.lies.get(repo)
+        f = files.get(lie.real if lie is not None else file_path)
         if f is None:
             self._error(404, "EntryNotFound", "Entry not found")
             return
         location = f"{self.hub.cdn_endpoint}/cdn/{f.sha256}/{quote(file_path.rsplit('/', 1)[-1])}"
-        self._headers(302, {"Location": location, "ETag": f'"{f.git_oid}"', "X-Linked-Etag": f'"{f.sha256}"',
+        etag, linked = (f.git_oid, f.sha256) if lie is None or lie.etag is None else (lie.etag, lie.etag)
+        self._headers(302, {"Location": location, "ETag": f'"{etag}"', "X-Linked-Etag": f'"{linked}"',
                             "X-Linked-Size": str(f.size), "X-Repo-Commit": self.state.commits[repo],
                             "Content-Length": "0"})
 

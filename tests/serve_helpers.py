@@ -132,6 +132,32 @@ def serve_process(model: Path, *args: str, home: Path) -> Iterator[tuple[subproc
         log.close()
 
 
+@contextmanager
+def clover_serve(args: list[str], env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
+    """`clover serve ARGS` started as a user starts it, in the foreground on a free loopback port: yields
+    its base URL once it listens, and the stderr lines (a reader thread keeps adding them)."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", *args, "--port", str(port)], cwd=ROOT,
+                            env=env, text=True, encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    try:
+        line = proc.stdout.readline()  # blocks until the server listens (or dies)
+        assert line.startswith(f"listening on http://127.0.0.1:{port}"), (line, "".join(err))
+        yield f"http://127.0.0.1:{port}", err
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        reader.join(10)
+
+
 def sse_events(lines: Iterator[str]) -> Iterator[str]:
     """The `data:` payloads of an SSE stream, checking the framing on the way (blank-line separated)."""
     data: list[str] = []

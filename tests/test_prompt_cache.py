@@ -191,7 +191,7 @@ def test_saved_state_resumes_exactly_in_another_cache(model, tmp_path) -> None: 
     path = tmp_path / "s.state"
     assert state_file.save(cache, path, extra={"note": "é"}) > 0
     other = PromptCache(model, 300, checkpoint_every=40, boundary_id=BOUNDARY)
-    assert state_file.load(other, path) == {"note": "é"}
+    assert state_file.load(other, path).extra == {"note": "é"}
     assert other.tokens == first[:-1] and other.n_cached == len(first) - 1
     assert [c.n_past for c in other.checkpoints] == [c.n_past for c in cache.checkpoints] == [40, 80, 90, 120, 139]
     _continue_and_compare(model, other, first, [4, 5])  # the state itself
@@ -212,7 +212,7 @@ def test_saved_state_is_refused_for_another_model(model, tmp_path) -> None:  # n
         state_file.load(PromptCache(other_model, 256), path)
     junk = tmp_path / "junk.state"
     junk.write_text('{"messages": []}', encoding="utf-8")
-    with pytest.raises(state_file.StateFileError, match="is not a clover saved state"):
+    with pytest.raises(state_file.StateFileError, match="not a clover saved state"):
         state_file.load(cache, junk)
     small = PromptCache(model, 16)
     with pytest.raises(state_file.StateFileError, match="more than this context"):

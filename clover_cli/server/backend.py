@@ -12,7 +12,7 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .errors import bad_request, context_exceeded, template_error
+from .errors import APIError, bad_request, context_exceeded, template_error
 from .generation import Job
 from .schemas import (
     ApplyTemplateRequest,
@@ -216,10 +216,11 @@ class Backend:
                 written = state_file.save(cache, path)
                 return {"id_slot": slot, "filename": path.name, "n_saved": cache.n_cached, "n_written": written,
                         "timings": {"save_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
-            state_file.load(cache, path)
-        except state_file.StateFileError as exc:
-            raise bad_request(exc.message) from None
-        return {"id_slot": slot, "filename": path.name, "n_restored": cache.n_cached, "n_read": path.stat().st_size,
+            loaded = state_file.load(cache, path)
+        except state_file.StateFileError as exc:  # named by the file only: the folder is the server's own
+            raise APIError(404 if exc.missing else 400, f"slot file {path.name!r}: {exc.reason}",
+                           param="filename") from None
+        return {"id_slot": slot, "filename": path.name, "n_restored": loaded.n_past, "n_read": loaded.n_bytes,
                 "timings": {"restore_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
 
     def slot_info(self, slot: int, processing: bool) -> dict[str, Any]:

@@ -25,6 +25,8 @@ class Metrics:
     forwards_total: float = 0.0
     passes_total: int = 0
     blocks_total: int = 0
+    tokens_ar_total: int = 0
+    tokens_diffusion_total: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def count(self, name: str, n: int = 1) -> None:
@@ -45,6 +47,8 @@ class Metrics:
                 self.forwards_total += predicted / tpf
             self.passes_total += int(timings.get("passes") or 0)
             self.blocks_total += int(timings.get("blocks") or 0)
+            self.tokens_ar_total += int(timings.get("ar_n") or 0)
+            self.tokens_diffusion_total += int(timings.get("diffusion_n") or 0)
 
     def render(self, *, processing: int, deferred: int, n_slots: int, n_ctx: int) -> str:
         with self._lock:
@@ -74,6 +78,10 @@ class Metrics:
                 ("diffusion_passes_total", "counter", "Forward passes spent on generation.",
                  self.passes_total),
                 ("blocks_total", "counter", "Committed diffusion blocks.", self.blocks_total),
+                ("tokens_ar_total", "counter", "Generated tokens written by AR (--decode ar, and auto's AR spans).",
+                 self.tokens_ar_total),
+                ("tokens_diffusion_total", "counter", "Generated tokens committed by block diffusion.",
+                 self.tokens_diffusion_total),
                 ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", prompt_rate),
                 ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", gen_rate),
                 ("tokens_per_forward", "gauge", "Generated tokens per forward pass (1.0 for autoregressive).",

@@ -90,6 +90,28 @@ async def slots(request: Request) -> Any:
     return [backend.slot_info(i, i in pool.processing) for i in range(pool.n_slots)]
 
 
+_NOT_IN_NAMES = frozenset('/\\:') | {chr(c) for c in range(32)} | {chr(127)}
+
+
+def slot_file(folder: Path, name: str) -> Path:
+    """The file a slot save or restore names: a plain file name (no separator, no `..`, no drive)
+    in the --slot-save-path folder; a symlink there must lead to a file in that folder. Else 400."""
+    bad = APIError(400, "filename must be a plain file name inside --slot-save-path", param="filename")
+    if (name in ("", ".", "..") or any(ch in _NOT_IN_NAMES for ch in name) or Path(name).name != name
+            or len(name.encode("utf-8", "surrogatepass")) > 255):
+        raise bad
+    try:
+        root = folder.resolve()
+        path = root / name
+        if path.is_symlink():
+            real = path.resolve()
+            if real.parent != root or not real.is_file():
+                raise bad
+    except (OSError, RuntimeError):  # a symlink loop, an unreadable folder
+        raise bad from None
+    return path
+
+
 @router.post("/slots/{slot_id}")
 async def slot_action(request: Request, slot_id: str, action: str | None = None) -> Any:
     """llama-server's slot persistence: save / restore a slot's prompt state to a file in
@@ -107,11 +129,9 @@ async def slot_action(request: Request, slot_id: str, action: str | None = None)
         if not folder:
             raise APIError(501, "slot save and restore are off: start the server with --slot-save-path DIR")
         name = parse_body(await request.body(), SlotFileRequest).filename
-        if Path(name).name != name or name in (".", "..") or "\\" in name:
-            raise APIError(400, "filename must be a plain file name inside --slot-save-path", param="filename")
-        path = Path(folder) / name
+        path = slot_file(Path(folder), name)
         if action == "restore" and not path.is_file():
-            raise APIError(404, f"no saved slot file {name!r}")
+            raise APIError(404, f"no saved slot file {name!r}", param="filename")
     backend = state.require_backend()
     if not pool.take(slot):
         raise APIError(503, f"slot {slot} is busy; retry when it is idle", headers={"Retry-After": "1"})

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import CloverError, ContextLengthError
 from ..model_config import supports_exact_diffusion
-from . import policy
+from . import calibration, policy
+from .auto import AutoDecode, Costs, describe
 from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent
 from .params import DecodeParams, SamplingParams
 from .sampling import apply_penalties, pick
@@ -27,7 +28,17 @@ from .sampling import apply_penalties, pick
 def resolve_mode(model: Any, params: DecodeParams) -> tuple[str, bool, str]:
     """The decode mode this request gets on this model file."""
     exact = supports_exact_diffusion(model.config, model.file.tensors)
-    return policy.choose_decode_mode(params.decode, exact)
+    mode, exact, reason = policy.choose_decode_mode(params.decode, exact)
+    if mode == "diffusion" and _auto(params):
+        reason = describe(calibration.load(model))
+    return mode, exact, reason
+
+
+def _auto(params: DecodeParams) -> bool:
+    """Whether `--decode auto` chooses block by block: under verified commits, where both modes
+    write the same text, and without a fixed reveal count (`bench --reveal-k`)."""
+    verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
+    return params.decode == "auto" and verify and params.reveal_k is None
 
 
 def _mask_id(model: Any, params: DecodeParams) -> int:
@@ -88,43 +99,108 @@ def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.r
     return int(pick(apply_penalties(logits[None, :], history, sp), sp, rng)[0][0])
 
 
+class _Clock:
+    """Seconds of decoding work, paused while the consumer handles an event (printing, streaming),
+    so `--decode auto` compares the modes' own costs."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._since: float | None = time.perf_counter()
+
+    def now(self) -> float:
+        return self.total + (time.perf_counter() - self._since if self._since is not None else 0.0)
+
+    def pause(self) -> None:
+        if self._since is not None:
+            self.total += time.perf_counter() - self._since
+            self._since = None
+
+    def resume(self) -> None:
+        self._since = time.perf_counter()
+
+
+def _emit(clock: _Clock, event: Any) -> Generator[Any, None, None]:
+    clock.pause()
+    yield event
+    clock.resume()
+
+
 def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.ndarray, stats: GenerationStats,
                     cancel: threading.Event | None) -> Iterator[Any]:
     stats.finish_reason = "length"
     rng = np.random.default_rng(params.sampling.seed)
+    clock = _Clock()
     yield from _ar_span(model, state, np.empty(0, dtype=np.int64), logits, params.max_tokens, Counter(),
-                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel)
+                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel, clock)
     stats.forwards = stats.generated_tokens  # one causal forward per token; the first one is the prefill's
+    stats.ar_tokens, stats.ar_ms = stats.generated_tokens, clock.now() * 1e3
+
+
+def _chooser(model: Any, params: DecodeParams, block_length: int) -> AutoDecode | None:
+    """`--decode auto` under verified commits picks diffusion or AR by seconds (`auto.AutoDecode`);
+    a forced `--decode diffusion`, unchecked blocks and a fixed reveal count always diffuse."""
+    if not _auto(params):
+        return None
+    return AutoDecode(block_length, calibration.load(model))
+
+
+def _remember(model: Any, chooser: AutoDecode | None) -> None:
+    """Keep what this reply measured for the next one (`calibration`)."""
+    if chooser is None or chooser.ar_spt is None or chooser.pass_s is None:
+        return
+    seed_rel = chooser.seed.relative if chooser.seed is not None else None
+    rel = chooser.relative()
+    calibration.update(model, Costs(chooser.ar_spt, chooser.pass_s, rel if rel is not None else seed_rel))
 
 
 def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
                cancel: threading.Event | None) -> Iterator[Any]:
     cfg = model.config
+    block_length = int(params.block_length or cfg.diffusion.block_length)
+    verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
+    chooser = _chooser(model, params, block_length)
+    if chooser is not None:
+        stats.auto_note = describe(chooser.seed)
+    try:
+        yield from _blocks(model, params, state, last_logits, stats, cancel, block_length, verify, chooser)
+    finally:
+        _remember(model, chooser)
+
+
+def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
+            cancel: threading.Event | None, block_length: int, verify: bool,
+            chooser: AutoDecode | None) -> Iterator[Any]:
+    cfg = model.config
     sp = params.sampling
+    draft_sp = policy.draft_sampling(sp, verify)
     rng = np.random.default_rng(sp.seed)
     mask = _mask_id(model, params)
-    block_length = int(params.block_length or cfg.diffusion.block_length)
     threshold = float(params.threshold if params.threshold is not None else cfg.diffusion.threshold)
     if params.reveal_k is not None and params.reveal_k < 1:
         raise CloverError(f"reveal_k must be at least 1, got {params.reveal_k}")
     shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
     max_passes = int(params.max_passes or policy.default_max_passes(block_length))
     stops = _stop_ids(model, params)
-    verify = policy.verify_commits(params.verify, sp.temperature, params.reveal_k is not None)
     history: Counter = Counter()
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
-    debt, streak, fallback = 0, 0, 0  # policy.ar_fallback's tally, and the AR tokens now due
+    clock = _Clock()
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
-        if fallback:
-            n = min(fallback, params.max_tokens - stats.generated_tokens)
+        choice = chooser.next() if chooser is not None else None
+        if choice is not None and choice.mode == "ar":
+            n = min(choice.tokens, params.max_tokens - stats.generated_tokens)
+            t0, n0 = clock.now(), stats.generated_tokens
             ended, carried, last_logits, block_index = yield from _ar_span(
-                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel)
-            fallback = 0
+                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock)
+            spent, added = clock.now() - t0, stats.generated_tokens - n0
+            chooser.record_ar(spent, added)
+            stats.ar_tokens += added
+            stats.ar_ms += spent * 1e3
             if ended:
                 return
             continue
+        t_block, n_block = clock.now(), stats.generated_tokens
         c = len(carried)
         size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining)
         if size <= c:  # a whole block kept: commit it as it is, then go on with a fresh one
@@ -139,7 +215,6 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
         masked = np.ones(size, dtype=bool)
         masked[:c] = False
         before = history - Counter(int(t) for t in carried)  # what AR's picks in this block are penalised by
-        forwards_before = stats.forwards
         passes = 0
         while masked.any():
             if cancel is not None and cancel.is_set():
@@ -151,8 +226,11 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             if use_last:
                 parts.append(last_logits[None, :])
             if rows:
+                t_pass = clock.now()
                 res = model.preview(block, state, logit_rows=rows, expert_coreset=params.expert_coreset,
                                     gdn_preview=params.gdn_preview)
+                if chooser is not None:
+                    chooser.record_pass(clock.now() - t_pass)
                 parts.append(res.logits)
                 stats.experts_history.append(float(np.mean(res.experts_per_layer)) if res.experts_per_layer else 0.0)
                 stats.forwards += 1
@@ -160,7 +238,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             passes += 1
             logits = np.concatenate(parts, axis=0)  # always a fresh array: last_logits is reused
             policy.exclude_mask_candidates(logits, mask)
-            tokens, probs = pick(apply_penalties(logits, history, sp), sp, rng)
+            tokens, probs = pick(apply_penalties(logits, history, sp), draft_sp, rng)
             last_pass = passes >= max_passes
             if last_pass:
                 reveal = np.arange(len(positions))
@@ -172,8 +250,11 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                 block[positions[j]] = tokens[j]
                 masked[positions[j]] = False
                 history[int(tokens[j])] += 1
-            yield PassEvent(block_index, passes, tuple(int(t) for t in block[c:]), int(masked.sum()),
-                            tuple(int(positions[j]) - c for j in reveal))
+            yield from _emit(clock, PassEvent(block_index, passes, tuple(int(t) for t in block[c:]),
+                                              int(masked.sum()), tuple(int(positions[j]) - c for j in reveal)))
+            if chooser is not None and masked.any() and not chooser.keep_drafting(len(reveal)):
+                block = policy.verified_draft(block, masked, c)
+                break
         carried = np.empty(0, dtype=np.int64)
         if verify:
             block, last_logits, cut_at = _verified_commit(model, block, state, last_logits, before, sp, rng, stops,
@@ -181,8 +262,6 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
-            debt, streak, fallback = policy.ar_fallback(debt, streak, stats.forwards - forwards_before,
-                                                        len(block) - c, block_length)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
         if cut is None and not verify:
@@ -190,7 +269,11 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
             stats.forwards += 1
         stats.generated_tokens += len(final) - c
         stats.blocks += 1
-        yield BlockEvent(block_index, tuple(int(t) for t in final[c:]))
+        if chooser is not None:
+            chooser.record_block(clock.now() - t_block, stats.generated_tokens - n_block)
+        stats.diffusion_tokens += stats.generated_tokens - n_block
+        stats.diffusion_ms += (clock.now() - t_block) * 1e3
+        yield from _emit(clock, BlockEvent(block_index, tuple(int(t) for t in final[c:])))
         block_index += 1
         if cut is not None:
             stats.finish_reason = "stop"
@@ -200,12 +283,12 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
 
 def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n: int, history: Counter,
              sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
-             block_index: int, cancel: threading.Event | None,
+             block_index: int, cancel: threading.Event | None, clock: _Clock,
              ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
-    """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and a checked diffusion
-    decode's fallback (`policy.ar_fallback`), where a cut block's kept tokens (`pending`, already
-    emitted) are committed first. Returns (ended, carried, logits, next block index): the last
-    token is left uncommitted, as a cut block's are, with the logits it was picked from."""
+    """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and the AR spans of
+    `--decode auto`, where a cut block's kept tokens (`pending`, already emitted) are committed
+    first. Returns (ended, carried, logits, next block index): the last token is left uncommitted,
+    as a cut block's are, with the logits it was picked from."""
     if len(pending):
         if len(pending) >= state.remaining:
             return True, pending, logits, block_index
@@ -230,7 +313,7 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         stats.generated_tokens += 1
         stats.blocks += 1
         stats.passes += 1
-        yield BlockEvent(block_index, (token,))
+        yield from _emit(clock, BlockEvent(block_index, (token,)))
         block_index += 1
         carried = np.array([token], dtype=np.int64)
     return False, carried, logits, block_index
@@ -239,8 +322,8 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
                      stats: GenerationStats, start: int = 0) -> tuple[np.ndarray, Any, int | None]:
-    """Commit a resolved block through its stop token (if any), keeping the longest prefix greedy AR
-    agrees with plus AR's own token where they first differ (`policy.verify_commits`).
+    """Commit a resolved block through its stop token (if any), keeping the longest prefix AR
+    accepts plus AR's own token where it first refuses (`policy.verify_commits`, `policy.accept_draft`).
 
     Returns (tokens, logits, cut). Without a cut: the block, committed, and the logits that predict
     the next position (None after a stop). At a cut: the kept tokens and AR's one, the state
@@ -254,7 +337,7 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     seen = history + Counter(int(t) for t in block[:start])
     for i in range(start, n):
         logits = last_logits if i == 0 else rows[i - 1]
-        token = _ar_pick(logits, seen, sp, rng)  # greedy: rng unused
+        token = policy.accept_draft(apply_penalties(logits[None, :], seen, sp)[0], int(block[i]), sp, rng)
         if token != int(block[i]):
             stats.corrections += 1
             model.restore(state, snapshot)

@@ -41,6 +41,11 @@ class GenerationStats:
     exact: bool = True
     reason: str = ""
     stop_token: int | None = None
+    ar_tokens: int = 0  # tokens AR wrote (`--decode ar`, and auto's AR spans)
+    ar_ms: float = 0.0
+    diffusion_tokens: int = 0  # tokens diffusion blocks committed
+    diffusion_ms: float = 0.0
+    auto_note: str = ""  # what `--decode auto` started with, and why (`auto.describe`)
     experts_history: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -50,6 +55,14 @@ class GenerationStats:
     @property
     def passes_per_block(self) -> float:
         return self.passes / self.blocks if self.blocks else 0.0
+
+    @property
+    def ar_per_second(self) -> float:
+        return self.ar_tokens / (self.ar_ms / 1e3) if self.ar_ms > 0 else 0.0
+
+    @property
+    def diffusion_per_second(self) -> float:
+        return self.diffusion_tokens / (self.diffusion_ms / 1e3) if self.diffusion_ms > 0 else 0.0
 
     @property
     def prompt_per_second(self) -> float:

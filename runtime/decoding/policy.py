@@ -7,9 +7,13 @@ is published and the rest of the decoder follows.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
+from .params import SamplingParams
+from .sampling import candidates
 
 
 def choose_decode_mode(requested: str, exact_diffusion_possible: bool) -> tuple[str, bool, str]:
@@ -59,36 +63,59 @@ def logit_rows_for(masked: Sequence[int], shift_logits: bool) -> tuple[list[int]
 
 
 def verify_commits(requested: bool | None, temperature: float, fixed_reveal: bool = False) -> bool:
-    """Whether the commit pass checks each resolved block against greedy AR decoding.
+    """Whether the commit pass checks each resolved block against AR decoding.
 
     The commit is a causal forward over the block, so it predicts every position from the exact
-    prefix for free; where its greedy pick differs from the revealed token, the block is cut there
-    and that pick replaces it (speculative decoding with the preview as the draft). Greedy output
-    is then exactly what `--decode ar` writes. On by default for greedy decoding (the vendor's
-    decoder keeps the block as revealed: `--no-verify`); sampling keeps the block as revealed,
-    since a greedy check would change the distribution. A fixed reveal count (`bench --reveal-k`)
-    measures speed at a known number of tokens per pass and is checked only when asked."""
+    prefix for free; the block is kept up to the first position AR refuses (`accept_draft`), where
+    AR's own token replaces it (speculative decoding with the preview as the draft). The output is
+    then exactly what `--decode ar` writes: the same text when greedy, the same distribution when
+    sampling. On by default (the vendor's decoder keeps the block as revealed: `--no-verify`). A
+    fixed reveal count (`bench --reveal-k`) measures speed at a known number of tokens per pass and
+    is checked only when asked."""
     if requested is None:
-        return temperature <= 0 and not fixed_reveal
-    return bool(requested) and temperature <= 0
+        return not fixed_reveal
+    return bool(requested)
 
 
-def ar_fallback(debt: int, streak: int, forwards: int, added: int, block_length: int) -> tuple[int, int, int]:
-    """(debt, streak, AR tokens now due) after a checked block that cost `forwards` (its passes and
-    its commit) and added `added` tokens.
+def draft_sampling(sp: SamplingParams, verify: bool) -> SamplingParams:
+    """How the preview picks its candidates. Under verification the preview only drafts, and a
+    draft chosen without randomness (greedy over the penalised logits) makes the acceptance rule
+    exact whatever the preview's own distribution is (`accept_draft`); unchecked blocks sample as
+    asked."""
+    return replace(sp, temperature=0.0) if verify else sp
 
-    The debt is what block diffusion has cost beyond AR (one forward per token), never below zero.
-    When it reaches a block's length, the decoder writes block_length * 2**streak tokens (at most 8
-    blocks) by plain AR and then tries block diffusion again; a block that pays for itself resets
-    the streak. Text the preview cannot guess (random text, random weights) then costs about what
-    AR costs, instead of a block's passes per kept token, while a confident model's occasional
-    costly block is paid back by the next ones. Greedy output is AR's either way."""
-    debt = max(0, debt + forwards - added)
-    if added >= forwards:
-        streak = 0
-    if debt < block_length:
-        return debt, streak, 0
-    return 0, streak + 1, block_length * min(2**streak, 8)
+
+def accept_draft(logits: np.ndarray, draft: int, sp: SamplingParams, rng: np.random.Generator) -> int:
+    """AR's token at a drafted position, given AR's penalised logits there: the draft when AR keeps it.
+
+    Greedy: AR's first maximum, so the draft stays only where greedy AR would write it. Sampling:
+    the speculative-sampling rule for a draft that is a fixed token (a point mass q): keep it with
+    probability min(1, p/q) = p(draft), otherwise draw from p without the draft, renormalised (the
+    normalised max(0, p - q)). Either way the token has exactly AR's distribution p."""
+    if sp.temperature <= 0:
+        return int(np.argmax(logits))
+    ids, probs = candidates(logits, sp)
+    hit = np.flatnonzero(ids == draft)
+    p = float(probs[hit[0]]) if hit.size else 0.0
+    if rng.random() < p:
+        return draft
+    rest = probs.copy()
+    if hit.size:
+        rest[hit[0]] = 0.0
+    total = rest.sum()
+    if total <= 0:
+        return draft
+    j = min(int(np.searchsorted(np.cumsum(rest / total), rng.random(), side="right")), ids.size - 1)
+    return int(ids[j])
+
+
+def verified_draft(block: np.ndarray, masked: np.ndarray, start: int) -> np.ndarray:
+    """The part of a block whose drafting stopped early that the commit checks: the revealed
+    positions up to the first still-masked one; when that is the first new position, it stays
+    in as the mask token, which AR refuses in favour of its own token (so a block always adds
+    one)."""
+    first = int(np.flatnonzero(masked)[0])
+    return block[:max(first, start + 1)].copy()
 
 
 def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:

@@ -10,7 +10,6 @@ the same because files are compared by identity (device, inode), never by link t
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,8 @@ from ..errors import HubError
 from ..paths import hf_cache_dir
 from . import select
 from .refs import ModelRef, parse_model_ref
-
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+from .safe_names import COMMIT_RE as _COMMIT_RE
+from .safe_names import is_relative_path
 
 
 def cache_root() -> Path:
@@ -46,6 +45,8 @@ def snapshots(repo: str, revision: str | None = None) -> list[Path]:
         return [root / rev] if (root / rev).is_dir() else []
     ref_file = repo_dir(repo) / "refs" / rev
     preferred = ref_file.read_text(encoding="utf-8").strip() if ref_file.is_file() else None
+    if preferred is not None and not _COMMIT_RE.match(preferred):
+        preferred = None  # a ref that names no commit (hand-edited, or left by an older tool) points nowhere
     others = sorted((p for p in root.iterdir() if p.is_dir() and p.name != preferred),
                     key=lambda p: p.stat().st_mtime, reverse=True)
     return ([root / preferred] if preferred and (root / preferred).is_dir() else []) + others
@@ -210,7 +211,7 @@ def _prune(folder: Path) -> None:
 
 def write_ref(repo: str, revision: str, commit: str) -> None:
     """Record which commit a branch name pointed at, as huggingface_hub does (not for commit ids)."""
-    if _COMMIT_RE.match(revision) or not commit:
+    if _COMMIT_RE.match(revision) or not _COMMIT_RE.match(commit) or not is_relative_path(revision):
         return
     ref_file = repo_dir(repo) / "refs" / revision
     ref_file.parent.mkdir(parents=True, exist_ok=True)

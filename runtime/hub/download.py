@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HubError
-from . import remote
+from . import remote, safe_names
 from .cache import cache_root, partial_path, repo_dir
 from .progress import Reporter, human
 
@@ -215,10 +215,10 @@ def fetch(repo: str, meta: remote.FileMeta, *, token: str | None, progress: Repo
           cancel: threading.Event | None = None, renew: Callable[[], remote.FileMeta] | None = None) -> Path:
     """The snapshot path of one file, downloading its blob unless the cache already has it."""
     folder = repo_dir(repo)
-    pointer = folder / "snapshots" / meta.commit / meta.path
+    pointer = safe_names.inside(folder / "snapshots" / safe_names.commit(repo, meta.commit), meta.path, repo)
     if pointer.is_file():
         return pointer
-    blob = folder / "blobs" / meta.etag
+    blob = folder / "blobs" / safe_names.etag(repo, meta.etag)
     lock = _lock(repo, meta.etag, progress.note)
     try:
         fresh = not blob.is_file()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
 from ..errors import HubError
+from .safe_names import is_relative_path
 
 DEFAULT_REPO = "Diffuspace/Clover-35B-A3B-Preview-GGUF"
 DEFAULT_QUANT = "Q4_K_M"
@@ -65,6 +66,16 @@ def _check_repo(repo: str, text: str) -> str:
     return repo
 
 
+def _check_revision(revision: str | None, text: str) -> str | None:
+    """A branch, tag or commit from a URL: it names `refs/<revision>` in the cache, so it stays a plain
+    relative name (`refs/pr/1` is one, `..%2Fx` is not)."""
+    if revision is None:
+        return None
+    if not is_relative_path(unquote(revision)):
+        raise invalid(text)
+    return unquote(revision)
+
+
 def parse_model_ref(text: str | None, file: str | None = None) -> ModelRef:
     """Parse an identifier; no text means the default Clover model. `file` (--file) overrides a tag."""
     if text is None or not text.strip():
@@ -74,7 +85,7 @@ def parse_model_ref(text: str | None, file: str | None = None) -> ModelRef:
     m = _FILE_URL_RE.match(raw)
     if m:
         return ModelRef(_check_repo(m.group("repo"), raw), None, file or unquote(m.group("path")),
-                        unquote(m.group("rev")))
+                        _check_revision(m.group("rev"), raw))
     revision = None
     m = _REPO_URL_RE.match(raw)
     if m:
@@ -89,4 +100,4 @@ def parse_model_ref(text: str | None, file: str | None = None) -> ModelRef:
     _check_repo(repo, raw)
     if sep and not _TAG_RE.match(tag):
         raise invalid(raw)
-    return ModelRef(repo, tag.upper() if tag else None, file, unquote(revision) if revision else None)
+    return ModelRef(repo, tag.upper() if tag else None, file, _check_revision(revision, raw))

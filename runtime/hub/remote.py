@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import HubError
+from . import safe_names
 from .refs import ModelRef
 
 
@@ -150,10 +151,12 @@ def list_files(ref: ModelRef, token: str | None = None) -> list[RemoteFile]:
                 if item.get("type") != "file":
                     continue
                 lfs = item.get("lfs") or {}
-                out.append(RemoteFile(item["path"], int(lfs.get("size", item.get("size", 0))), lfs.get("oid")))
+                out.append(RemoteFile(item.get("path"), int(lfs.get("size", item.get("size", 0))), lfs.get("oid")))
             url, params = resp.links.get("next", {}).get("url"), None
     except Exception as exc:  # noqa: BLE001 - every Hub failure becomes one line
         raise translate(exc, ref.repo) from None
+    for rf in out:  # every path, not only the chosen file's: a listing that lies about one is not trusted
+        safe_names.repo_path(ref.repo, rf.path)
     return out
 
 
@@ -168,6 +171,8 @@ def file_meta(ref: ModelRef, rf: RemoteFile, token: str | None = None, revision:
         raise translate(exc, ref.repo, rf.path) from None
     if not meta.etag or not meta.commit_hash:
         raise HubError(f"the Hub did not describe {ref.repo}/{rf.path} (no ETag or X-Repo-Commit header)")
+    safe_names.commit(ref.repo, meta.commit_hash)
+    safe_names.etag(ref.repo, meta.etag)
     size = meta.size if meta.size is not None else rf.size
     if size != rf.size:
         raise HubError(f"{ref.repo}/{rf.path}: the listing says {rf.size:,} bytes but the file has {size:,}; "

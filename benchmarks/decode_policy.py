@@ -1,0 +1,189 @@
+"""`--decode auto` against `--decode ar`, side by side in one process (issue 34).
+
+Three tables, every row measured in interleaved rounds (AR, then auto, per round; medians):
+
+1. a real-shape file with random weights (previews never agree), greedy, 64 and 512 tokens:
+   auto's t/s over AR's and whether the text is the same;
+2. the shipped demo model on held-out sums (the chat template, thinking off): the wall-clock
+   t/s of the default decode over AR's over all sums, and whether every answer is AR's;
+3. a draft that is right by construction (unchecked blocks, a fixed 32 tokens revealed per pass)
+   on the real-shape file, for each expert coreset: t/s over AR's, with the pass cost in decode
+   steps, so the cost model's break-even is visible.
+
+Each thread count runs in a fresh process state of its own calibration record (a temporary
+CLOVER_HOME) after one warm-up reply per model, which is what a user's second reply sees.
+
+    python benchmarks/decode_policy.py [--model FILE] [--threads 1 2] [-n 64 512] [--sums 20] [-r 3]
+
+FILE defaults to a real-shape 4-layer Q4_K_M Clover file written once into clover's cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "training"))
+
+
+def _real_shape(layers: int) -> Path:
+    from clover_runtime.paths import cache_dir
+    from clover_runtime.synth import SynthSpec, write_model
+
+    path = cache_dir() / "bench" / f"real-shape-{layers}L-clover-Q4_K_M.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"writing {path} ...", file=sys.stderr, flush=True)
+        tmp = path.with_suffix(".tmp")
+        write_model(tmp, SynthSpec.real_shape(n_layer=layers, quant="Q4_K_M"))
+        tmp.replace(path)
+    return path
+
+
+def _generate(model: Any, prompt: list[int], **kw: Any) -> tuple[list[int], Any]:
+    from clover_runtime.decoding import BlockEvent, DecodeParams, generate
+
+    toks: list[int] = []
+    stats = None
+    for ev in generate(model, prompt, DecodeParams(**kw)):
+        if isinstance(ev, BlockEvent):
+            toks.extend(ev.token_ids)
+        elif hasattr(ev, "stats"):
+            stats = ev.stats
+    return toks, stats
+
+
+def random_weights(path: Path, threads: int, lengths: list[int], rounds: int) -> list[dict]:
+    from clover_runtime import load_model
+    from clover_runtime.bench import synthetic_tokens
+
+    model = load_model(path, n_threads=threads)
+    prompt = synthetic_tokens(16, model.n_vocab, seed=7)
+    _generate(model, prompt, decode="auto", max_tokens=64)  # warm-up: kernels and the first measurement
+    rows = []
+    for n in lengths:
+        ar_ts, auto_ts, same, dg = [], [], True, 0
+        for _ in range(rounds):
+            a, sa = _generate(model, prompt, decode="ar", max_tokens=n)
+            b, sb = _generate(model, prompt, decode="auto", max_tokens=n)
+            ar_ts.append(sa.predicted_per_second)
+            auto_ts.append(sb.predicted_per_second)
+            same &= a == b
+            dg += sb.diffusion_tokens
+        ar, auto = statistics.median(ar_ts), statistics.median(auto_ts)
+        rows.append({"threads": threads, "n": n, "ar": ar, "auto": auto, "ratio": auto / ar, "same": same,
+                     "diffusion_tokens": dg / rounds, "note": sb.auto_note})
+    return rows
+
+
+def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
+    import corpus as demo_corpus
+    from clover_runtime.chat import load_chat
+    from clover_runtime.decoding import DecodeParams
+    from clover_runtime.demo import demo_path
+    from clover_runtime.reply import Reply
+
+    chat = load_chat(demo_path(), n_ctx=1024, n_threads=threads)
+    pairs = demo_corpus.make_corpus(0, arithmetic_pairs=1, repeats=1).held_out_arithmetic
+    pairs = pairs[:: max(1, len(pairs) // n_sums)][:n_sums]
+
+    def run(decode: str) -> tuple[list[str], float, float, int]:
+        texts, ms, toks, dg = [], 0.0, 0, 0
+        for a, op, b in pairs:
+            messages = [{"role": "system", "content": demo_corpus.SYSTEM},
+                        {"role": "user", "content": demo_corpus.arithmetic_question(a, op, b)}]
+            out = Reply()
+            for ev in chat.stream(messages, params=DecodeParams(decode=decode, max_tokens=128),
+                                  chat_template_kwargs={"enable_thinking": False}):
+                out.add(ev)
+            texts.append(out.content)
+            ms += out.stats.gen_ms
+            toks += out.stats.generated_tokens
+            dg += out.stats.diffusion_tokens
+        return texts, toks / ms * 1e3, out.stats.tokens_per_forward, dg
+
+    run("auto")  # warm-up
+    ar_ts, auto_ts, same, dg = [], [], True, 0
+    for _ in range(rounds):
+        ta, ra, _, _ = run("ar")
+        tb, rb, _, d = run("auto")
+        ar_ts.append(ra)
+        auto_ts.append(rb)
+        same &= ta == tb
+        dg = d
+    ar, auto = statistics.median(ar_ts), statistics.median(auto_ts)
+    return {"threads": threads, "sums": len(pairs), "ar": ar, "auto": auto, "ratio": auto / ar, "same": same,
+            "diffusion_tokens": dg}
+
+
+def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: int) -> list[dict]:
+    from clover_runtime import load_model
+    from clover_runtime.bench import pass_cost_in_steps, synthetic_tokens
+
+    model = load_model(path, n_threads=threads)
+    prompt = synthetic_tokens(16, model.n_vocab, seed=7)
+    rows = []
+    for core in coresets:
+        kw = {"decode": "diffusion", "verify": False, "reveal_k": 32, "expert_coreset": core, "max_tokens": 64}
+        _generate(model, prompt, **kw)
+        ar_ts, dg_ts = [], []
+        for _ in range(rounds):
+            ar_ts.append(_generate(model, prompt, decode="ar", max_tokens=64)[1].predicted_per_second)
+            dg_ts.append(_generate(model, prompt, **kw)[1].predicted_per_second)
+        ar, dg = statistics.median(ar_ts), statistics.median(dg_ts)
+        rows.append({"threads": threads, "coreset": core or "all", "ar": ar, "dg": dg, "ratio": dg / ar,
+                     "pass_steps": pass_cost_in_steps(model, None)})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=None, help="a Clover GGUF with random weights")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("-n", type=int, nargs="+", default=[64, 512])
+    ap.add_argument("--sums", type=int, default=20)
+    ap.add_argument("--coresets", type=int, nargs="*", default=[0, 16, 8], help="0: every expert")
+    ap.add_argument("-r", "--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    path = args.model or _real_shape(args.layers)
+    home = os.environ.get("CLOVER_HOME")
+    print(f"model: {path}\n")
+    print("| threads | tokens | AR t/s | auto t/s | auto/AR | same text | diffusion tokens | auto's banner |")
+    print("|---|---|---|---|---|---|---|---|")
+    demo, forced = [], []
+    for t in args.threads:
+        with tempfile.TemporaryDirectory() as tmp:  # each thread count measures its own costs
+            os.environ["CLOVER_HOME"] = tmp
+            from clover_runtime.decoding import calibration
+
+            calibration._memory.clear()
+            for r in random_weights(path, t, args.n, args.rounds):
+                print(f"| {t} | {r['n']} | {r['ar']:.2f} | {r['auto']:.2f} | **{r['ratio']:.2f}×** | {r['same']} | "
+                      f"{r['diffusion_tokens']:.0f} | {r['note']} |", flush=True)
+            demo.append(demo_sums(t, args.sums, args.rounds))
+            forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds)
+    if home is None:
+        os.environ.pop("CLOVER_HOME", None)
+    else:
+        os.environ["CLOVER_HOME"] = home
+    print("\n| threads | held-out sums | AR t/s | default t/s | default/AR | every answer AR's | diffusion tokens |")
+    print("|---|---|---|---|---|---|---|")
+    for d in demo:
+        print(f"| {d['threads']} | {d['sums']} | {d['ar']:.1f} | {d['auto']:.1f} | **{d['ratio']:.2f}×** | "
+              f"{d['same']} | {d['diffusion_tokens']} |")
+    print("\n| threads | expert coreset | AR t/s | forced 32-token drafts t/s | ratio | pass cost (decode steps) |")
+    print("|---|---|---|---|---|---|")
+    for f in forced:
+        print(f"| {f['threads']} | {f['coreset']} | {f['ar']:.2f} | {f['dg']:.2f} | {f['ratio']:.2f}× | "
+              f"{f['pass_steps']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

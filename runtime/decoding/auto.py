@@ -1,0 +1,127 @@
+"""`--decode auto`: block diffusion or AR, chosen block by block in seconds, not forwards.
+
+A preview pass is not a decode step: on a CPU a 32-row pass of the real model routes to most of
+its experts and costs several decode steps, while on a GPU or a small model it costs about one.
+Under verified commits both modes write the same text, so the choice is only about speed: the
+chooser measures seconds per committed token of each mode on this sequence, starts from what this
+machine measured for the file before (`Costs`, kept by `calibration`), and, while AR is faster,
+probes diffusion again with a backoff that keeps the probes' excess under `EXPLORE` of AR's time.
+Pure bookkeeping: the decoder times the work and reports it here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+EXPLORE = 0.03  # at most this share of AR's time goes to diffusion probes that lose
+CHEAP_PASS = 2.0  # a pass costing at most this many decode steps is probed at once on a new file
+WARM_TOKENS = 2  # AR tokens that time a decode step when nothing was measured before
+MAX_BACKOFF = 16
+ALPHA = 0.5  # weight of the newest measurement in the running estimates
+
+
+@dataclass
+class Costs:
+    """What this machine measured for a file, thread count and device: seconds of one decode step,
+    of one preview pass of a whole block, and diffusion's seconds per token relative to AR's on
+    earlier replies (None until a reply has compared them)."""
+
+    step_s: float
+    pass_s: float
+    relative: float | None = None
+
+    @property
+    def pass_steps(self) -> float:
+        """A preview pass in decode steps: diffusion pays only above this many tokens per pass."""
+        return self.pass_s / self.step_s if self.step_s > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Choice:
+    mode: str  # "diffusion" (one block) or "ar"
+    tokens: int = 0  # AR tokens to write before asking again
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else ALPHA * new + (1 - ALPHA) * old
+
+
+class AutoDecode:
+    """The per-sequence choice between a diffusion block and an AR span."""
+
+    def __init__(self, block_length: int, seed: Costs | None = None) -> None:
+        self.block_length = block_length
+        self.seed = seed
+        self.ar_spt = seed.step_s if seed else None  # seconds per AR token
+        self.pass_s = seed.pass_s if seed else None
+        self.dg_spt: float | None = None  # seconds per committed token of diffusion blocks, this sequence
+        self.streak = 0
+        self.waited = 0.0  # AR seconds since the last diffusion block
+        self.wait = self._first_wait()
+
+    def _first_wait(self) -> float:
+        """AR seconds before the first diffusion block of a sequence."""
+        s = self.seed
+        if s is None or s.step_s <= 0:
+            return 0.0  # nothing known: measure a pass on this reply
+        if s.relative is not None:
+            return 0.0 if s.relative < 1.0 else s.pass_s / EXPLORE
+        return 0.0 if s.pass_steps <= CHEAP_PASS else s.pass_s / EXPLORE
+
+    def next(self) -> Choice:
+        if self.ar_spt is None:
+            return Choice("ar", WARM_TOKENS)
+        if self.waited >= self.wait:
+            return Choice("diffusion")
+        due = math.ceil((self.wait - self.waited) / self.ar_spt)
+        return Choice("ar", max(1, min(due, 8 * self.block_length)))
+
+    def record_ar(self, seconds: float, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        self.ar_spt = _ema(self.ar_spt, seconds / tokens)
+        self.waited += seconds
+
+    def record_pass(self, seconds: float) -> None:
+        self.pass_s = _ema(self.pass_s, seconds)
+
+    def record_block(self, seconds: float, tokens: int) -> None:
+        """A diffusion block (its passes and its commit) took `seconds` for `tokens` committed."""
+        spt = seconds / max(tokens, 1)
+        self.dg_spt = spt if self.waited > 0 else _ema(self.dg_spt, spt)  # a probe after AR judges afresh
+        self.waited = 0.0
+        ar = self.ar_spt if self.ar_spt is not None else self.dg_spt
+        if self.dg_spt <= ar:
+            self.streak, self.wait = 0, 0.0
+            return
+        self.streak += 1
+        excess = max(seconds - tokens * ar, 0.0)
+        self.wait = excess / EXPLORE * min(2 ** (self.streak - 1), MAX_BACKOFF)
+
+    def keep_drafting(self, revealed: int) -> bool:
+        """After a pass that revealed `revealed` positions: is another pass worth its seconds?
+        Only while a pass reveals at least as many tokens as AR writes in the same time."""
+        if self.pass_s is None or self.ar_spt is None:
+            return True
+        return revealed * self.ar_spt >= self.pass_s
+
+    def relative(self) -> float | None:
+        """Diffusion's seconds per token over AR's on this sequence (None until both were measured)."""
+        if self.dg_spt is None or self.ar_spt is None or self.ar_spt <= 0:
+            return None
+        return self.dg_spt / self.ar_spt
+
+
+def describe(seed: Costs | None) -> str:
+    """What auto will do first, in the run banner's words."""
+    if seed is None or seed.step_s <= 0:
+        return "auto: block diffusion and AR are timed on this first reply, then the faster one writes"
+    steps = seed.pass_steps
+    if seed.relative is not None and seed.relative < 1.0:
+        return (f"auto: block diffusion — {1 / seed.relative:.1f}× AR's speed on earlier replies "
+                f"(a preview pass costs {steps:.1f} decode steps)")
+    if seed.relative is None and steps <= CHEAP_PASS:
+        return f"auto: block diffusion — a preview pass costs {steps:.1f} decode steps on this machine"
+    return (f"auto: AR on this machine — a preview pass costs {steps:.1f} decode steps; diffusion needs "
+            f"≥ {steps:.1f} tokens per pass (probed again now and then)")

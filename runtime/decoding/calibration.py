@@ -1,0 +1,106 @@
+"""This machine's decode costs per model file, thread count and device, kept beside the kernel cache.
+
+`--decode auto` starts each reply from what earlier replies measured (`auto.Costs`): the seconds of
+a decode step and of a preview pass, and how diffusion's seconds per token compared with AR's.
+Each reply measures them again as it runs; the record is rewritten when a figure drifts by more
+than `DRIFT`, so a new thread count, a busier machine or a GPU soon shows. A missing, unreadable
+or read-only record only means the next reply measures from scratch.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..atomic_write import write_bytes
+from ..paths import cache_dir
+from .auto import Costs
+
+DRIFT = 0.10
+FILE_NAME = "decode-costs.json"
+_lock = threading.Lock()
+_memory: dict[str, Costs] = {}
+
+
+def record_path() -> Path:
+    return cache_dir() / FILE_NAME
+
+
+def model_key(model: Any) -> str:
+    """The file (path, size, modification time), the kernels' thread count and the device."""
+    path = Path(model.file.path)
+    try:
+        st = path.stat()
+        stamp = f"{st.st_size}-{st.st_mtime_ns}"
+    except OSError:
+        stamp = "?"
+    threads = getattr(model.weights, "n_threads", None)
+    if threads is None:
+        import numba
+
+        threads = numba.get_num_threads()
+    device = "cpu" if getattr(model, "device_layers", None) is None else "device"
+    return f"{path.resolve()}|{stamp}|{model.backend}|{threads}|{device}"
+
+
+def _read() -> dict[str, Any]:
+    try:
+        data = json.loads(record_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _costs(entry: Any) -> Costs | None:
+    try:
+        step, pas = float(entry["step_s"]), float(entry["pass_s"])
+        rel = entry.get("relative")
+        rel = None if rel is None else float(rel)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    if not (step > 0 and pas > 0) or (rel is not None and not rel > 0):
+        return None
+    return Costs(step, pas, rel)
+
+
+def load(model: Any) -> Costs | None:
+    """The costs recorded for this model on this machine, or None before the first measurement."""
+    key = model_key(model)
+    with _lock:
+        if key in _memory:
+            return _memory[key]
+        costs = _costs(_read().get(key))
+        if costs is not None:
+            _memory[key] = costs
+        return costs
+
+
+def _drifted(old: Costs | None, new: Costs) -> bool:
+    if old is None:
+        return True
+    pairs = [(old.step_s, new.step_s), (old.pass_s, new.pass_s)]
+    if new.relative is not None:
+        if old.relative is None:
+            return True
+        pairs.append((old.relative, new.relative))
+    return any(abs(b - a) > DRIFT * a for a, b in pairs)
+
+
+def update(model: Any, costs: Costs) -> None:
+    """Remember what a reply measured; the file is rewritten (atomically) only when a figure drifted."""
+    key = model_key(model)
+    with _lock:
+        old = _memory.get(key)
+        _memory[key] = costs
+        if not _drifted(old, costs):
+            return
+        data = _read()
+        data[key] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative}
+        path = record_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes(path, json.dumps(data, indent=1).encode("utf-8"))
+        except OSError:
+            pass  # a read-only cache: the next process measures again

@@ -1,0 +1,239 @@
+"""`--decode auto` chooses by seconds (issue 34): the policy on recorded costs, every mode writing
+AR's text, and verified sampling drawing from AR's distribution."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from clover_runtime import load_model
+from clover_runtime.decoding import BlockEvent, DecodeParams, SamplingParams, calibration, generate, generate_ar
+from clover_runtime.decoding.auto import EXPLORE, AutoDecode, Costs, describe
+from clover_runtime.decoding.policy import accept_draft, verified_draft
+from clover_runtime.decoding.sampling import candidates
+from synth_models import tiny_model_path
+
+PROMPT = [11, 12, 13, 14, 15]
+
+
+def simulate(chooser: AutoDecode, n_tokens: int, step_s: float, block: tuple[float, int]) -> dict[str, float]:
+    """Drive the chooser with recorded costs: an AR token costs `step_s`, a diffusion block costs
+    block[0] seconds for block[1] tokens. Returns the seconds and the tokens each mode wrote."""
+    out = {"ar_s": 0.0, "ar_n": 0, "dg_s": 0.0, "dg_n": 0}
+    written = 0
+    while written < n_tokens:
+        choice = chooser.next()
+        if choice.mode == "ar":
+            n = min(choice.tokens, n_tokens - written)
+            chooser.record_ar(n * step_s, n)
+            out["ar_s"] += n * step_s
+            out["ar_n"] += n
+            written += n
+        else:
+            seconds, n = block
+            chooser.record_block(seconds, n)
+            out["dg_s"] += seconds
+            out["dg_n"] += n
+            written += n
+    return out
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(X >= x) for a chi-square variable: 1 - P(dof/2, x/2), the regularized lower incomplete
+    gamma function by its power series (no scipy in the test environment)."""
+    a, z = dof / 2, x / 2
+    term = total = 1.0 / a
+    n = 0
+    while term > 1e-15 * total:
+        n += 1
+        term *= z / (a + n)
+        total += term
+    return max(0.0, 1.0 - math.exp(a * math.log(z) - z - math.lgamma(a)) * total)
+
+
+def _speed_vs_ar(run: dict[str, float], step_s: float) -> float:
+    return (run["ar_n"] + run["dg_n"]) * step_s / (run["ar_s"] + run["dg_s"])
+
+
+@pytest.mark.parametrize("n_tokens", [64, 512, 4096])
+def test_dear_passes_that_never_agree_cost_at_most_five_percent(n_tokens: int) -> None:
+    """The measured CPU case: a 32-row pass costs 13.5 decode steps and a random-weight preview
+    never agrees, so a diffusion block (one pass, then the commit) adds one token for ~15 steps."""
+    seed = Costs(step_s=0.027, pass_s=0.365)
+    run = simulate(AutoDecode(32, seed), n_tokens, 0.027, (0.41, 1))
+    assert _speed_vs_ar(run, 0.027) >= 0.95, run
+    if n_tokens == 64:
+        assert run["dg_n"] == 0  # the first probe waits until it is a small share of the reply
+
+
+def test_a_file_already_known_to_lose_waits_before_probing_and_backs_off() -> None:
+    seed = Costs(step_s=1.0, pass_s=3.0, relative=1.4)
+    chooser = AutoDecode(32, seed)
+    first = chooser.next()
+    assert first.mode == "ar" and first.tokens == math.ceil(3.0 / EXPLORE)
+    waits = []
+    for _ in range(4):  # each lost probe waits twice as long as the one before
+        while chooser.next().mode == "ar":
+            chooser.record_ar(32.0, 32)
+        chooser.record_block(10.0, 2)
+        waits.append(chooser.wait)
+    assert waits == [pytest.approx(8 / EXPLORE * 2**k) for k in range(4)]
+
+
+def test_cheap_passes_that_agree_keep_diffusion() -> None:
+    """A GPU-like case: a pass costs 1.2 steps and a block writes 32 tokens in 3 passes + commit."""
+    chooser = AutoDecode(32, Costs(step_s=0.01, pass_s=0.012))
+    assert chooser.next().mode == "diffusion"
+    run = simulate(chooser, 2048, 0.01, (0.05, 32))
+    assert run["ar_n"] == 0 and run["dg_n"] >= 2048
+    assert chooser.relative() == pytest.approx(0.05 / 32 / 0.01)
+
+
+def test_nothing_measured_times_two_ar_tokens_then_a_block() -> None:
+    chooser = AutoDecode(32, None)
+    assert chooser.next().mode == "ar" and chooser.next().tokens == 2
+    chooser.record_ar(0.02, 2)
+    assert chooser.next().mode == "diffusion"
+
+
+def test_diffusion_that_starts_losing_hands_over_to_ar_and_probes_again() -> None:
+    chooser = AutoDecode(32, Costs(step_s=1.0, pass_s=1.0, relative=0.5))
+    assert chooser.next().mode == "diffusion"
+    chooser.record_block(8.0, 32)  # 0.25 s per token: diffusion stays
+    assert chooser.next().mode == "diffusion"
+    chooser.record_block(40.0, 2)  # the text turned hard to guess
+    chooser.record_block(40.0, 2)
+    assert chooser.next().mode == "ar"
+    run = simulate(chooser, 8000, 1.0, (8.0, 32))  # and easy again: the next probe brings diffusion back
+    assert run["ar_n"] == math.ceil(2 * 38 / EXPLORE)  # the second loss in a row doubled the wait
+    assert run["dg_n"] + run["ar_n"] >= 8000
+
+
+def test_a_pass_is_worth_drafting_only_when_it_reveals_what_ar_writes_in_its_time() -> None:
+    chooser = AutoDecode(32, Costs(step_s=0.01, pass_s=0.07))
+    assert chooser.keep_drafting(7) and not chooser.keep_drafting(6)
+
+
+def test_the_banner_says_what_auto_does_and_why() -> None:
+    assert describe(Costs(0.01, 0.071)) == ("auto: AR on this machine — a preview pass costs 7.1 decode steps; "
+                                            "diffusion needs ≥ 7.1 tokens per pass (probed again now and then)")
+    assert describe(Costs(0.01, 0.012)).startswith("auto: block diffusion — a preview pass costs 1.2")
+    assert "2.0× AR's speed" in describe(Costs(0.01, 0.03, relative=0.5))
+    assert "first reply" in describe(None)
+
+
+def test_verified_draft_keeps_the_revealed_run_or_one_mask() -> None:
+    block = np.array([7, 8, 99, 5, 99])
+    masked = block == 99
+    assert verified_draft(block, masked, 0).tolist() == [7, 8]
+    assert verified_draft(np.array([7, 99, 3]), np.array([False, True, False]), 1).tolist() == [7, 99]
+
+
+def test_accept_draft_is_greedy_ar_at_temperature_zero() -> None:
+    logits = np.array([0.1, 2.0, 1.0, -1.0], dtype=np.float32)
+    rng = np.random.default_rng(0)
+    assert accept_draft(logits, 1, SamplingParams(), rng) == 1
+    assert accept_draft(logits, 2, SamplingParams(), rng) == 1
+
+
+def test_accept_draft_draws_from_ar_s_distribution() -> None:
+    """The rule alone: whatever the draft, the kept-or-resampled token has p's distribution."""
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05], dtype=np.float64)).astype(np.float32)
+    sp = SamplingParams(temperature=1.0)
+    _, p = candidates(logits, sp)
+    rng = np.random.default_rng(1)
+    for draft in (0, 3):
+        counts = np.bincount([accept_draft(logits, draft, sp, rng) for _ in range(4000)], minlength=4)
+        chi2 = float((((counts - 4000 * p) ** 2) / (4000 * p)).sum())
+        assert chi2 < 16.27, (draft, counts)  # chi-square, 3 degrees of freedom, p = 0.001
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model(tiny_model_path("F32"), n_threads=1)  # one thread: thousands of short generations
+
+
+def _tokens(model, prompt, **kw):  # noqa: ANN001, ANN202
+    events = list(generate(model, prompt, DecodeParams(**kw)))
+    return [t for e in events if isinstance(e, BlockEvent) for t in e.token_ids], events[-1].stats
+
+
+def _write_costs(model, costs: Costs) -> None:  # noqa: ANN001
+    """Put a recorded measurement where `--decode auto` reads it (this test session's CLOVER_HOME)."""
+    path = calibration.record_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[calibration.model_key(model)] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    calibration._memory.pop(calibration.model_key(model), None)
+
+
+@pytest.mark.parametrize("costs", [None, Costs(1e-4, 10.0, relative=0.5), Costs(1e-4, 10.0, relative=2.0),
+                                   Costs(1.0, 1e-4, relative=0.1)])
+@pytest.mark.parametrize("prompt", [PROMPT, [40, 7, 300, 2, 99, 5, 18]])
+def test_every_mode_writes_what_greedy_ar_writes(tiny, costs: Costs | None, prompt: list[int]) -> None:
+    """Whatever auto measured before (nothing; dear passes it still starts with, so drafting stops
+    after the first pass; dear passes that lost, so it starts in AR; cheap passes), greedy auto,
+    forced diffusion and AR write the same tokens, and the stats split them by mode."""
+    if costs is None:
+        calibration.record_path().unlink(missing_ok=True)
+        calibration._memory.clear()
+    else:
+        _write_costs(tiny, costs)
+    ar = list(generate_ar(tiny, prompt, max_tokens=70))
+    auto, stats = _tokens(tiny, prompt, max_tokens=70, block_length=16)
+    forced, _ = _tokens(tiny, prompt, decode="diffusion", max_tokens=70, block_length=16)
+    assert auto == ar and forced == ar
+    assert stats.ar_tokens + stats.diffusion_tokens == len(ar) and stats.auto_note.startswith("auto:")
+    assert calibration.load(tiny) is not None  # the reply's measurements were kept
+
+
+def test_auto_on_a_model_whose_preview_drafts_well_writes_by_diffusion() -> None:
+    """The shipped demo model drafts several tokens of a worked sum per pass: with cheap passes
+    recorded, auto writes by diffusion, at more than one token per forward, and AR's text."""
+    from clover_runtime.chat import load_chat
+    from clover_runtime.demo import demo_path
+    from clover_runtime.reply import Reply
+
+    chat = load_chat(demo_path(), n_ctx=512, n_threads=1)
+    _write_costs(chat.model, Costs(1.0, 1.0, relative=0.2))
+    messages = [{"role": "user", "content": "What is 48 + 36?"}]
+    replies = {}
+    for decode in ("auto", "ar"):
+        out = Reply()
+        for ev in chat.stream(messages, params=DecodeParams(decode=decode, max_tokens=64),
+                              chat_template_kwargs={"enable_thinking": False}):
+            out.add(ev)
+        replies[decode] = out
+    assert replies["auto"].content == replies["ar"].content and "84" in replies["ar"].content
+    stats = replies["auto"].stats
+    assert stats.diffusion_tokens > stats.ar_tokens and stats.tokens_per_forward > 1.5, stats
+
+
+def test_verified_sampling_has_ar_s_distribution(tiny) -> None:
+    """Chi-square of the first two tokens' joint frequencies under verified diffusion at
+    temperature 1 (top-k 4, so 16 cells) against AR's exact probabilities from the model."""
+    sp_kw = {"temperature": 1.0, "top_k": 4}
+    prompt = [40, 7, 300]
+    p1_ids, p1 = candidates(tiny.forward(prompt, last_only=True)[0], SamplingParams(**sp_kw))
+    exact: dict[tuple[int, int], float] = {}
+    for a, pa in zip(p1_ids.tolist(), p1, strict=True):
+        ids, pb = candidates(tiny.forward([*prompt, a], last_only=True)[0], SamplingParams(**sp_kw))
+        for b, q in zip(ids.tolist(), pb, strict=True):
+            exact[(a, b)] = float(pa * q)
+    draws = 2400
+    counts: dict[tuple[int, int], int] = dict.fromkeys(exact, 0)
+    for seed in range(draws):
+        toks, _ = _tokens(tiny, prompt, decode="diffusion", max_tokens=2, block_length=4,
+                          sampling=SamplingParams(seed=seed, **sp_kw))
+        counts[(toks[0], toks[1])] += 1
+    cells = [k for k, v in exact.items() if v * draws >= 5]
+    rest = 1.0 - sum(exact[k] for k in cells)
+    obs = [counts[k] for k in cells] + [draws - sum(counts[k] for k in cells)]
+    exp = [exact[k] * draws for k in cells] + [rest * draws]
+    pairs = [(o, e) for o, e in zip(obs, exp, strict=True) if e > 0]
+    chi2 = sum((o - e) ** 2 / e for o, e in pairs)
+    p_value = chi2_sf(chi2, len(pairs) - 1)
+    assert p_value > 0.01, (chi2, obs, exp)
