@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from . import anthropic_api, native_api, ollama_api, openai_api, responses_api
+from . import anthropic_api, llama_api, native_api, ollama_api, openai_api, responses_api
 from .errors import install_handlers
 from .middleware import BodyLimit, CatchAll, Guard
 from .settings import ServerSettings
@@ -40,6 +40,7 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     app.include_router(anthropic_api.router)
     app.include_router(responses_api.router)
     app.include_router(ollama_api.router)
+    app.include_router(llama_api.router)
     # Added innermost first: CatchAll < Guard (keys, origin) < BodyLimit < CORS, so even 401/413/500
     # carry CORS headers and preflights are answered before any key is asked for.
     app.add_middleware(CatchAll)

@@ -148,7 +148,17 @@ def install_handlers(app: FastAPI) -> None:
 
 
 def _route_paths(app: FastAPI) -> list[str]:
-    return sorted({p for r in app.routes if isinstance(p := getattr(r, "path", None), str)})
+    """Every route's path, through included routers (newer FastAPI keeps those as routers)."""
+    paths: set[str] = set()
+    stack = list(app.routes)
+    while stack:
+        route = stack.pop()
+        if isinstance(path := getattr(route, "path", None), str):
+            paths.add(path)
+        inner = getattr(route, "original_router", None)
+        if inner is not None:
+            stack.extend(inner.routes)
+    return sorted(paths)
 
 
 def nearest_route(path: str, routes: list[str]) -> str:
