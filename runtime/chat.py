@@ -51,13 +51,15 @@ class _StopStrings:
         self.stops = [s for s in stops if s]
         self.buf = ""
         self.hit = False
+        self.word: str | None = None  # the stop string that matched (APIs report which)
 
     def feed(self, text: str) -> str:
         if not self.stops:
             return text
         self.buf += text
-        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self.stops if (i := self.buf.find(s)) >= 0]
+        if found:
+            cut, self.word = min(found, key=lambda f: f[0])
             out, self.buf, self.hit = self.buf[:cut], "", True
             return out
         hold = 0
@@ -264,7 +266,8 @@ class ChatSession:
         stats.gen_ms = max(stats.gen_ms, (time.perf_counter() - t0) * 1e3 - stats.prompt_ms)
         usage = {"prompt_tokens": len(ids), "completion_tokens": stats.generated_tokens,
                  "total_tokens": len(ids) + stats.generated_tokens, "cached_tokens": int(cached)}
-        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats)
+        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats,
+                       stop_word=stops.word)
 
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,

@@ -67,6 +67,7 @@ class Finished:
     usage: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     stats: Any = None
+    stop_word: str | None = None  # the stop string that ended it, when one did
 
 
 ReplyEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs | ParseError | Progress | Finished
@@ -121,6 +122,10 @@ class Reply:
     @property
     def timings(self) -> dict[str, float]:
         return dict(self.finished.timings) if self.finished else {}
+
+    @property
+    def stop_word(self) -> str | None:
+        return self.finished.stop_word if self.finished else None
 
     @property
     def stats(self) -> Any:

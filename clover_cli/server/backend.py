@@ -304,7 +304,7 @@ class Backend:
         def run(cancel: threading.Event, slot: int) -> Any:
             return session.generate(prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
 
-        return Job(run, self._rank(prompt.ids, reuse))
+        return Job(run, self._rank(prompt.ids, reuse), len(prompt.ids))
 
     def progress_body(self, event: Any) -> dict[str, Any]:
         return {"block": event.block, "step": event.pass_index, "steps": event.passes,

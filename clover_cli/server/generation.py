@@ -34,10 +34,12 @@ def shutting_down_error(cut: bool = False) -> APIError:
 @dataclass
 class Job:
     """A request's generation: `run(cancel, slot)` yields its events; `rank(slot)` scores how much
-    of its prompt a free slot already holds (higher wins; None: any slot)."""
+    of its prompt a free slot already holds (higher wins; None: any slot); `n_prompt` is the prompt's
+    length in tokens (APIs that announce it before the reply, e.g. Anthropic's message_start)."""
 
     run: Callable[[threading.Event, int], Iterator[Any]]
     rank: Callable[[int], Any] | None = None
+    n_prompt: int = 0
 
 
 class Failed:

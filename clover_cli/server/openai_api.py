@@ -178,6 +178,8 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
     result = Reply()
     ping = state.settings.sse_ping_s or None
     try:
+        if req.echo:  # the prompt first, as the non-streamed answer starts with it
+            yield frame(env.text(str(req.prompt), None, chunk=True))
         async for event in gen.events(ping):
             if event is PING:
                 yield PING_FRAME
@@ -213,6 +215,10 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
 async def chat_completions(request: Request) -> Any:
     state = _state(request)
     req = parse_body(await request.body(), ChatRequest)
+    if req.n > 1:
+        from .llama_api import chat_choices
+
+        return await chat_choices(request, req)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.chat_job, req)
     gen = await _start(request, state, job)
@@ -228,6 +234,10 @@ async def chat_completions(request: Request) -> Any:
 async def completions(request: Request) -> Any:
     state = _state(request)
     req = parse_body(await request.body(), CompletionRequest)
+    if req.n > 1 or len(req.prompts) > 1:
+        from .llama_api import completion_choices
+
+        return await completion_choices(request, req)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.completion_job, req)
     gen = await _start(request, state, job)

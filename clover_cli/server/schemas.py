@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import bad_request, validation_message
 
@@ -20,6 +20,7 @@ MAX_JSON_DEPTH = 64  # far beyond any real request (tool schemas included); deep
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Set by the server itself when it renders a template; passing them again would clash.
 RESERVED_TEMPLATE_KWARGS = ("add_generation_prompt", "tools", "messages")
+MAX_CHOICES = 16  # n, and prompts x n on /v1/completions
 
 
 class _Model(BaseModel):
@@ -131,9 +132,9 @@ class Sampling(_Model):
 
     @field_validator("n")
     @classmethod
-    def _single_choice(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported")
+    def _choices(cls, v: int) -> int:
+        if v > MAX_CHOICES:
+            raise ValueError(f"at most {MAX_CHOICES} choices (they are generated one after another)")
         return v
 
     @field_validator("logprobs")
@@ -195,22 +196,42 @@ class CompletionRequest(Sampling):
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, v: str | list[str] | list[int] | list[list[int]]) -> str | list[int]:
-        """One prompt, as text or as token ids (OpenAI accepts both; the backend decodes ids)."""
+    def _prompts(cls, v: str | list[str] | list[int] | list[list[int]]) -> Any:
+        """A prompt as text or token ids (OpenAI accepts both; the backend decodes ids); a list of
+        several stays a list (`prompts`), answered one after another."""
         if isinstance(v, list) and v and not isinstance(v[0], int):
-            if len(v) != 1:
-                raise ValueError("exactly one prompt is supported")
-            v = v[0]
+            if len(v) > MAX_CHOICES:
+                raise ValueError(f"at most {MAX_CHOICES} prompts in one request")
+            if any(not p for p in v):
+                raise ValueError("a prompt is empty")
+            if len(v) == 1:
+                v = v[0]
         if not v:
             raise ValueError("the prompt is empty")
         return v
 
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """Every prompt of the request (one, unless a list of several was sent)."""
+        if isinstance(self.prompt, list) and self.prompt and not isinstance(self.prompt[0], int):
+            return list(self.prompt)  # type: ignore[arg-type]
+        return [self.prompt]  # type: ignore[list-item]
+
 
 class TokenizeRequest(_Model):
-    content: str
+    content: str | None = None
+    prompt: str | None = None  # vLLM's name for it
     add_special: bool = False
     parse_special: bool = True
     with_pieces: bool = False
+
+    @model_validator(mode="after")
+    def _text(self) -> TokenizeRequest:
+        if (self.content is None) == (self.prompt is None):
+            raise ValueError("send the text as content (llama-server) or prompt (vLLM)")
+        if self.content is None:
+            self.content = self.prompt
+        return self
 
 
 class DetokenizeRequest(_Model):
