@@ -18,7 +18,7 @@ from . import relay
 from .errors import APIError, bad_request
 from .generation import PING
 from .schemas import ChatRequest, CompletionRequest, parse_body
-from .shapes import Envelope, chat_message, new_id, public_reason, timings_body, usage_body
+from .shapes import Envelope, chat_message, new_id, timings_body, usage_body
 from .sse import PING_FRAME, EventStreamResponse, frame
 
 router = APIRouter()
@@ -50,7 +50,7 @@ async def chat_choices(request: Request, req: ChatRequest) -> Any:
     env = _envelope(request, "chatcmpl-")
     body = env.chat(replies[0])
     body["choices"] = [{"index": i, "message": chat_message(r), "logprobs": None,
-                        "finish_reason": public_reason(r.finish_reason)} for i, r in enumerate(replies)]
+                        "finish_reason": r.finish_reason} for i, r in enumerate(replies)]
     body["usage"] = usage_body(_usage(replies, replies[:1]))
     return JSONResponse(body)
 
@@ -70,8 +70,8 @@ async def completion_choices(request: Request, req: CompletionRequest) -> Any:
             replies.append(await relay.reply(request, run))
             texts.append((one.prompt if req.echo else "") + replies[-1].content)
     env = _envelope(request, "cmpl-")
-    body = env.text(texts[0], public_reason(replies[0].finish_reason), {}, replies[0].timings)
-    body["choices"] = [{"index": k, "text": t, "logprobs": None, "finish_reason": public_reason(r.finish_reason)}
+    body = env.text(texts[0], replies[0].finish_reason, {}, replies[0].timings)
+    body["choices"] = [{"index": k, "text": t, "logprobs": None, "finish_reason": r.finish_reason}
                        for k, (t, r) in enumerate(zip(texts, replies, strict=True))]
     body["usage"] = usage_body(_usage(replies, replies[::req.n]))
     return JSONResponse(body)

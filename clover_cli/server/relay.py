@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from .errors import bad_request, validation_message
 from .generation import PING, Failed, Generation
-from .openai_api import _collect, _failure, _start, _timeout_error
+from .openai_api import _collect, _failure, _start, _unfinished
 from .schemas import ChatRequest, CompletionRequest
 from .state import ServerState
 
@@ -51,7 +51,7 @@ async def start(request: Request, req: ChatRequest | CompletionRequest) -> Runni
     backend = state.require_backend()
     make = backend.chat_job if isinstance(req, ChatRequest) else backend.completion_job
     job = await run_in_threadpool(make, req)
-    gen = await _start(state, job)
+    gen = await _start(request, state, job)
     return Running(state, gen, job.n_prompt)
 
 
@@ -74,12 +74,12 @@ async def events(run: Running) -> AsyncIterator[Any]:
             if event is not PING:
                 result.add(event)
             yield event
-        if gen.timed_out:
-            state.metrics.count("requests_errors_total")
-            raise _timeout_error(state)
+        error = _unfinished(state, gen, result)  # timed out, cut by shutdown, or never finished
+        if error is not None:
+            raise error
         state.metrics.record(result.usage, result.timings)
     finally:
-        if not gen.finished.is_set():
+        if not gen.finished.is_set() and not gen.cut_by_shutdown:
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
 
