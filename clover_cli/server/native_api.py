@@ -65,7 +65,8 @@ async def props(request: Request) -> Any:
         "default_generation_settings": {
             "n_ctx": s.n_ctx_slot,
             "params": {"decode": s.decode or "auto", "threshold": s.threshold,
-                       "block_length": s.block_length, "verify": s.verify},
+                       "block_length": s.block_length, "verify": s.verify,
+                       "reasoning_budget": s.reasoning_budget},
         },
         "modalities": {"vision": False, "audio": False},
     }

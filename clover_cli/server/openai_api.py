@@ -7,13 +7,22 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from clover_runtime.reply import ContentDelta, Progress, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
+from clover_runtime.reply import (
+    ContentDelta,
+    Logprobs,
+    Progress,
+    ReasoningDelta,
+    Reply,
+    ToolCallArgs,
+    ToolCallStart,
+)
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError, context_exceeded, template_error
 from .generation import PING, Failed, Generation, shutting_down_error
+from .logprobs import Words, text_length
 from .schemas import ChatRequest, CompletionRequest, parse_body
 from .shapes import Envelope, new_id, tool_call_chunk
 from .sse import DONE_FRAME, PING_FRAME, EventStreamResponse, frame
@@ -131,10 +140,32 @@ def _envelope(state: ServerState, prefix: str) -> Envelope:
     return Envelope(id=new_id(prefix), model=state.settings.model_id, fingerprint=state.settings.build)
 
 
+class _Pending:
+    """Token scores waiting for the next chunk that carries text (they arrive just before it)."""
+
+    def __init__(self, words: Words, wanted: bool) -> None:
+        self.words = words
+        self.wanted = wanted
+        self.scores: list[Any] = []
+
+    def add(self, event: Logprobs) -> None:
+        if self.wanted:
+            self.scores.extend(event.tokens)
+
+    def take(self) -> list[Any]:
+        out, self.scores = self.scores, []
+        return out
+
+    def chat(self) -> dict[str, Any] | None:
+        scores = self.take()
+        return self.words.chat(scores) if scores else None
+
+
 async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                        env: Envelope) -> AsyncIterator[str]:
     result = Reply()
     ping = state.settings.sse_ping_s or None
+    pending = _Pending(Words(state.backend.tokenizer), req.logprob_count() is not None)
     try:
         yield frame(env.chat_chunk({"role": "assistant", "content": None}))
         async for event in gen.events(ping):
@@ -146,10 +177,12 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                 yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
-            if isinstance(event, ContentDelta) and event.text:
-                yield frame(env.chat_chunk({"content": event.text}))
+            if isinstance(event, Logprobs):
+                pending.add(event)
+            elif isinstance(event, ContentDelta) and event.text:
+                yield frame(env.chat_chunk({"content": event.text}, logprobs=pending.chat()))
             elif isinstance(event, ReasoningDelta) and event.text:
-                yield frame(env.chat_chunk({"reasoning_content": event.text}))
+                yield frame(env.chat_chunk({"reasoning_content": event.text}, logprobs=pending.chat()))
             elif isinstance(event, (ToolCallStart, ToolCallArgs)):
                 yield frame(env.chat_chunk({"tool_calls": [tool_call_chunk(event)]}))
             elif isinstance(event, Progress) and req.return_progress:
@@ -158,6 +191,8 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
         if error is not None:
             yield frame(error.body())
             return
+        if pending.scores:
+            yield frame(env.chat_chunk({}, logprobs=pending.chat()))
         state.metrics.record(result.usage, result.timings)
         last = env.chat_chunk({}, result.finish_reason)
         if req.include_usage:
@@ -173,13 +208,36 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
             state.metrics.count("requests_cancelled_total")
 
 
+def _text_chunk(env: Envelope, req: CompletionRequest, words: Words, text: str, scores: list[Any],
+                offset: int) -> dict[str, Any]:
+    """One streamed completion chunk with its tokens' scores in the shapes the request asked for."""
+    body = env.text(text, None, chunk=True,
+                    logprobs=words.completion(scores, offset) if req.logprobs is not None else None)
+    if req.n_probs is not None:
+        body["completion_probabilities"] = words.llama(scores)
+    return body
+
+
+def _completion_logprobs(words: Words, req: CompletionRequest, result: Reply) -> dict[str, Any] | None:
+    """OpenAI's completions `logprobs`: the prompt's tokens first when echoed, offsets into `text`."""
+    if req.logprobs is None:
+        return None
+    prompt = words.completion(result.prompt_logprobs, 0)
+    reply = words.completion(result.logprobs, len(req.prompt) if req.echo else 0)
+    return {key: prompt[key] + reply[key] for key in prompt}
+
+
 async def _completion_stream(state: ServerState, gen: Generation, req: CompletionRequest,
                              env: Envelope) -> AsyncIterator[str]:
     result = Reply()
     ping = state.settings.sse_ping_s or None
+    words = Words(state.backend.tokenizer)
+    pending = _Pending(words, req.logprob_count() is not None)
+    offset = 0
     try:
-        if req.echo:  # the prompt first, as the non-streamed answer starts with it
+        if req.echo and req.logprob_count() is None:  # scored prompts are echoed with their scores
             yield frame(env.text(str(req.prompt), None, chunk=True))
+            offset = len(str(req.prompt))
         async for event in gen.events(ping):
             if event is PING:
                 yield PING_FRAME
@@ -189,8 +247,17 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
                 yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
-            if isinstance(event, ContentDelta) and event.text:
-                yield frame(env.text(event.text, None, chunk=True))
+            if isinstance(event, Logprobs) and event.prompt:
+                yield frame(_text_chunk(env, req, words, req.prompt, list(event.tokens), 0))
+                offset = len(req.prompt)
+            elif isinstance(event, Logprobs):
+                pending.add(event)
+            elif isinstance(event, ContentDelta) and event.text:
+                scores = pending.take()
+                yield frame(_text_chunk(env, req, words, event.text, scores, offset))
+                offset += text_length(words.tokenizer, scores)
+        if pending.scores:
+            yield frame(_text_chunk(env, req, words, "", pending.take(), offset))
         error = _unfinished(state, gen, result)
         if error is not None:
             yield frame(error.body())
@@ -226,7 +293,8 @@ async def chat_completions(request: Request) -> Any:
     if req.stream:
         return EventStreamResponse(_chat_stream(state, gen, req, env))
     result = await _collect(request, state, gen)
-    return JSONResponse(env.chat(result))
+    scores = Words(backend.tokenizer).chat(result.logprobs) if req.logprob_count() is not None else None
+    return JSONResponse(env.chat(result, scores))
 
 
 @router.post("/v1/completions")
@@ -248,7 +316,12 @@ async def completions(request: Request) -> Any:
     text = result.content
     if req.echo:
         text = req.prompt + text
-    return JSONResponse(env.text(text, result.finish_reason, result.usage, result.timings))
+    words = Words(backend.tokenizer)
+    body = env.text(text, result.finish_reason, result.usage, result.timings,
+                    logprobs=_completion_logprobs(words, req, result))
+    if req.n_probs is not None:
+        body["completion_probabilities"] = words.llama(result.prompt_logprobs + result.logprobs)
+    return JSONResponse(body)
 
 
 @router.get("/v1/models")

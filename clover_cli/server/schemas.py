@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import bad_request, validation_message
 
@@ -96,7 +96,6 @@ class Sampling(_Model):
     stream: bool | None = False  # null is valid OpenAI input: not streaming
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1)
-    logprobs: bool | int | None = None
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     block_length: int | None = Field(default=None, ge=1, le=4096)
     decode: Literal["auto", "diffusion", "ar"] | None = None
@@ -137,13 +136,6 @@ class Sampling(_Model):
             raise ValueError(f"at most {MAX_CHOICES} choices (they are generated one after another)")
         return v
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | int | None) -> bool | int | None:
-        if v:
-            raise ValueError("log probabilities are not supported")
-        return v
-
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
@@ -156,8 +148,13 @@ class Sampling(_Model):
         return None
 
 
+MAX_TOP_LOGPROBS = 20
+
+
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -167,6 +164,19 @@ class ChatRequest(Sampling):
     reasoning_effort: str | None = None
     think: bool | Literal["low", "medium", "high"] | None = None  # Ollama's switch (or effort level)
     thinking_budget: int | None = Field(default=None, ge=0)  # Qwen's API: thinking tokens, 0 = off
+    reasoning_budget_tokens: int | None = Field(default=None, ge=-1)  # llama-server's: -1 = no limit, 0 = off
+    reasoning_budget: int | None = Field(default=None, ge=-1)  # the same, as `--reasoning-budget` spells it
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("needs logprobs: true")
+        return v
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token when logprobs are asked for (None: not asked)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @field_validator("reasoning_effort")
     @classmethod
@@ -193,6 +203,14 @@ class CompletionRequest(Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     suffix: str | None = None
+    max_tokens: int | None = Field(default=None, ge=0)  # 0 with echo: the prompt's logprobs only
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    n_probs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)  # llama-server's
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token for `logprobs` or `n_probs` (None: neither asked)."""
+        counts = [v for v in (self.logprobs, self.n_probs) if v is not None]
+        return max(counts) if counts else None
 
     @field_validator("prompt")
     @classmethod

@@ -38,6 +38,7 @@ class ServerSettings:
     threshold: float | None = None
     block_length: int | None = None
     verify: bool | None = None
+    reasoning_budget: int = -1  # a chat request's default: -1 thinks freely, 0 not at all, N tokens at most
     ctx_checkpoints: int = 8  # prompt-cache checkpoints per slot (--ctx-checkpoints)
     checkpoint_every: int = 2048  # and one every N tokens of a long prefill (--checkpoint-every)
     slot_save_path: str | None = None  # folder for POST /slots/{id}?action=save|restore (--slot-save-path)
