@@ -180,7 +180,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     draft_sp = policy.draft_sampling(sp, verify)
     rng = np.random.default_rng(sp.seed)
     mask = _mask_id(model, params)
-    threshold = float(params.threshold if params.threshold is not None else cfg.diffusion.threshold)
+    threshold = policy.reveal_threshold(params.threshold, cfg.diffusion.threshold, verify)
     if params.reveal_k is not None and params.reveal_k < 1:
         raise CloverError(f"reveal_k must be at least 1, got {params.reveal_k}")
     shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
