@@ -105,7 +105,9 @@ def test_chat_logprobs_match_an_independent_forward_streamed_or_not(server, sess
         if chunk.choices and chunk.choices[0].delta.content:
             text += chunk.choices[0].delta.content
     assert text == choice.message.content
-    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    assert [e.token for e in streamed] == [e.token for e in content]
+    # the second request resumes from the prompt cache: equal to float32 round-off (README)
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in content], abs=1e-5)
 
 
 def test_chat_without_logprobs_has_none_and_bad_values_are_400(server):
