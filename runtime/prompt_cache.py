@@ -14,8 +14,11 @@ such a boundary of an earlier turn), every `checkpoint_every` tokens of a long p
 end of every prompt. Each cut splits the prefill, and a short MoE segment still reads most experts,
 so cuts are kept to these few.
 
-Restoring from a checkpoint and prefilling again is the same causal computation as a cold
-prefill, so the logits agree with it to float32 round-off.
+Checkpoints sit only at multiples of `ALIGN` reached by prefill (never by decoding), and a
+prompt continues only from one: the engine cuts its rows at the same absolute positions on every
+path (`engine.align`), so a continuation computes bit for bit what a cold prefill computes and
+greedy answers do not depend on what the cache held. The cost: up to ALIGN - 1 tokens before a
+cut, and the tokens a reply generated, are prefilled again.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .engine.align import ALIGN
 from .errors import CloverError
 from .memory_fit import DEFAULT_CTX_CHECKPOINTS, gdn_state_bytes
 
@@ -97,9 +101,13 @@ class PromptCache:
     def reusable(self, ids: Sequence[int]) -> int:
         """How many leading tokens of `ids` a `prepare(ids)` would not prefill again."""
         limit = min(common_prefix(self.tokens, ids), len(ids) - 1)
-        if self.state.n_past <= limit:
-            return self.state.n_past
-        return max((c.n_past for c in self.checkpoints if c.n_past <= limit), default=0)
+        best = self._best(limit)
+        return best.n_past if best is not None else 0
+
+    def _best(self, limit: int) -> Checkpoint | None:
+        """The newest checkpoint a continuation may start from at or before `limit`."""
+        usable = [c for c in self.checkpoints if c.n_past <= limit and c.n_past % ALIGN == 0]
+        return max(usable, key=lambda c: c.n_past, default=None)
 
     def clear(self) -> None:
         """Forget everything: an empty state and no checkpoints."""
@@ -122,7 +130,6 @@ class PromptCache:
         end = len(ids) - 1
         self.tokens = ids[:self.state.n_past]
         self._prefill(ids, end)
-        self._add_checkpoint()  # the end of the prompt: where a repeated or extended prompt resumes
         return Prepared(cached, end - cached, (time.perf_counter() - t0) * 1e3)
 
     def finish(self, ids: Sequence[int], generated: Sequence[int]) -> None:
@@ -137,12 +144,9 @@ class PromptCache:
     def _rewind(self, ids: list[int]) -> int:
         """Return the state to the longest reusable prefix of `ids`; the tokens it keeps."""
         limit = min(common_prefix(self.tokens, ids), len(ids) - 1)
-        if self.state.n_past <= limit:
-            return self.state.n_past
-        best = None
-        for c in self.checkpoints:
-            if c.n_past <= limit and (best is None or c.n_past > best.n_past):
-                best = c
+        best = self._best(limit)
+        if best is not None and self.state.n_past == best.n_past:
+            return best.n_past  # the state is that checkpoint: nothing was added since
         # checkpoints past the restore point are on another path (or ahead of it): drop them
         # first, so the state writes its K/V in place instead of copying what they would read
         keep = best.n_past if best is not None else 0
@@ -153,19 +157,22 @@ class PromptCache:
         return best.n_past
 
     def _cuts(self, ids: list[int], start: int, end: int) -> list[int]:
-        """Positions in (start, end) where a checkpoint is taken during this prefill."""
-        cuts = set()
+        """Positions in (start, end], multiples of ALIGN, where a checkpoint is taken during this
+        prefill: at or before the last message boundary, every `checkpoint_every` tokens, and at
+        or before the end of the prompt (where a repeated or extended prompt resumes)."""
+        cuts = {end // ALIGN * ALIGN}
         if self.boundary_id is not None:
             nxt, k = self.boundary_next, len(self.boundary_next)
             last = max((p for p in range(start + 1, end)
                         if ids[p] == self.boundary_id and ids[p + 1:p + 1 + k] == nxt), default=None)
             if last is not None:
-                cuts.add(last)
+                cuts.add(last // ALIGN * ALIGN)
         if self.checkpoint_every:
-            cuts.update(range(start + self.checkpoint_every, end, self.checkpoint_every))
-        # only the newest survive the bound (the end of the prompt takes one more): skip the rest
-        keep = max(self.max_checkpoints - 1, 0)
-        return sorted(cuts)[-keep:] if keep else []
+            every = max(ALIGN, self.checkpoint_every // ALIGN * ALIGN)
+            cuts.update(range(every, end, every))
+        # only the newest survive the bound: skip the rest
+        keep = self.max_checkpoints
+        return sorted(c for c in cuts if start < c <= end)[-keep:] if keep else []
 
     def _prefill(self, ids: list[int], end: int) -> None:
         start = self.state.n_past
@@ -173,14 +180,13 @@ class PromptCache:
             if cut > self.state.n_past:
                 self.model.forward(ids[self.state.n_past:cut], self.state, last_only=True)
                 self.tokens = ids[:cut]
-            if cut < end:
-                self._add_checkpoint()
+            self._add_checkpoint()
 
     def _add_checkpoint(self) -> None:
         if self.max_checkpoints == 0:
             return
         n = self.state.n_past
-        if n == 0 or any(c.n_past == n for c in self.checkpoints):
+        if n == 0 or n % ALIGN or any(c.n_past == n for c in self.checkpoints):
             return
         self.checkpoints.append(Checkpoint(n, self.state.copy()))
         self.checkpoints.sort(key=lambda c: c.n_past)

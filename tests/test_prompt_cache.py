@@ -11,6 +11,7 @@ import pytest
 from clover_runtime import load_model
 from clover_runtime.chat import ChatSession, load_chat
 from clover_runtime.decoding import DecodeParams
+from clover_runtime.engine.align import ALIGN
 from clover_runtime.engine.gdn import CHUNK
 from clover_runtime.memory_fit import estimate, gdn_state_bytes
 from clover_runtime.prompt_cache import PromptCache, checkpoint_bytes, common_prefix
@@ -53,33 +54,34 @@ def test_common_prefix() -> None:
     assert common_prefix([5], [6]) == 0
 
 
-def test_prefix_ending_inside_a_gdn_chunk(model) -> None:  # noqa: ANN001
+def test_checkpoints_sit_at_aligned_positions(model) -> None:  # noqa: ANN001
     first = _ids(model, 150, seed=1)
-    cut = CHUNK + 37  # a checkpoint in the middle of the second 64-row GDN chunk
+    cut = CHUNK + 37  # a boundary in the middle of the second 64-row GDN chunk
     first[cut] = BOUNDARY
     cache = PromptCache(model, 512, checkpoint_every=0, boundary_id=BOUNDARY)
     assert cache.prepare(first).cached == 0
-    assert [c.n_past for c in cache.checkpoints] == [cut, 149]
+    assert [c.n_past for c in cache.checkpoints] == [ALIGN, 2 * ALIGN]  # at or before the boundary and the end
     second = first[:cut + 3] + _ids(model, 40, seed=2)
     prep = cache.prepare(second)
-    assert (prep.cached, prep.prefilled) == (cut, len(second) - 1 - cut)
+    assert (prep.cached, prep.prefilled) == (ALIGN, len(second) - 1 - ALIGN)
     _continue_and_compare(model, cache, second, [3, 4, 5])
 
 
 def test_diverging_one_token_after_a_checkpoint(model) -> None:  # noqa: ANN001
-    first = _ids(model, 120, seed=3)
-    cache = PromptCache(model, 512, checkpoint_every=50, boundary_id=None)
+    first = _ids(model, 300, seed=3)
+    cache = PromptCache(model, 512, checkpoint_every=128, boundary_id=None)
     cache.prepare(first)
-    assert [c.n_past for c in cache.checkpoints] == [50, 100, 119]
-    second = first[:101] + [first[101] + 1 if first[101] + 1 < model.config.n_tokens else 10] + first[102:]
+    assert [c.n_past for c in cache.checkpoints] == [128, 256]
+    second = first[:129] + [first[129] + 1 if first[129] + 1 < model.config.n_tokens else 10] + first[130:]
     prep = cache.prepare(second)
-    assert prep.cached == 100
-    assert [c.n_past for c in cache.checkpoints] == [50, 100, 119]  # 119 retaken on the new path
+    assert prep.cached == 128
+    assert [c.n_past for c in cache.checkpoints] == [128, 256]  # 256 retaken on the new path
     _continue_and_compare(model, cache, second, [9])
 
 
-def test_extension_continues_without_restore_and_repeat_uses_end_checkpoint(model) -> None:  # noqa: ANN001
-    prompt = _ids(model, 40, seed=4)
+def test_extension_and_repeat_resume_at_the_aligned_checkpoint(model) -> None:  # noqa: ANN001
+    """A reply's tokens were computed by decoding, not by a prefill: they are prefilled again."""
+    prompt = _ids(model, 150, seed=4)
     cache = PromptCache(model, 512, checkpoint_every=0)
     cache.prepare(prompt)
     reply = [11, 12, 13]
@@ -88,19 +90,19 @@ def test_extension_continues_without_restore_and_repeat_uses_end_checkpoint(mode
     assert cache.n_cached == len(prompt) + len(reply)
     longer = prompt + reply + _ids(model, 20, seed=5)
     prep = cache.prepare(longer)
-    assert prep.cached == len(prompt) + len(reply)
+    assert prep.cached == 2 * ALIGN
     _continue_and_compare(model, cache, longer, [])
-    again = cache.prepare(longer)  # the same prompt again: resume at the end-of-prompt checkpoint
-    assert again.cached == len(longer) - 1 and again.prefilled == 0
+    again = cache.prepare(longer)  # the same prompt again: resume at the checkpoint before its end
+    assert again.cached == 2 * ALIGN and again.prefilled == len(longer) - 1 - 2 * ALIGN
     _continue_and_compare(model, cache, longer, [20, 21])
 
 
 def test_no_reuse_and_unrelated_prompt_start_cold(model) -> None:  # noqa: ANN001
-    prompt = _ids(model, 30, seed=6)
+    prompt = _ids(model, 70, seed=6)
     cache = PromptCache(model, 256, checkpoint_every=0)
     cache.prepare(prompt)
     assert cache.prepare(prompt, reuse=False).cached == 0
-    assert cache.checkpoints and cache.checkpoints[0].n_past == len(prompt) - 1
+    assert [c.n_past for c in cache.checkpoints] == [ALIGN]
     other = _ids(model, 25, seed=7)
     assert cache.reusable(other) == 0
     assert cache.prepare(other).cached == 0
@@ -108,9 +110,9 @@ def test_no_reuse_and_unrelated_prompt_start_cold(model) -> None:  # noqa: ANN00
 
 
 def test_checkpoint_count_is_bounded(model) -> None:  # noqa: ANN001
-    cache = PromptCache(model, 512, max_checkpoints=3, checkpoint_every=20)
-    cache.prepare(_ids(model, 130, seed=8))
-    assert [c.n_past for c in cache.checkpoints] == [100, 120, 129]
+    cache = PromptCache(model, 512, max_checkpoints=3, checkpoint_every=20)  # rounded up to ALIGN
+    cache.prepare(_ids(model, 300, seed=8))
+    assert [c.n_past for c in cache.checkpoints] == [128, 192, 256]
     assert cache.checkpoint_bytes == 3 * gdn_state_bytes(model.config)
 
 
@@ -122,7 +124,7 @@ def test_preview_after_cached_prefix_equals_cold(model) -> None:  # noqa: ANN001
     cache = PromptCache(model, 512, checkpoint_every=0, boundary_id=BOUNDARY)
     cache.prepare(first)
     second = first[:72] + _ids(model, 15, seed=10)
-    assert cache.prepare(second).cached == 70
+    assert cache.prepare(second).cached == ALIGN
     model.forward(second[-1:], cache.state)
     cold = model.new_state(512)
     model.forward(second, cold)
@@ -193,10 +195,10 @@ def test_saved_state_resumes_exactly_in_another_cache(model, tmp_path) -> None: 
     other = PromptCache(model, 300, checkpoint_every=40, boundary_id=BOUNDARY)
     assert state_file.load(other, path).extra == {"note": "é"}
     assert other.tokens == first[:-1] and other.n_cached == len(first) - 1
-    assert [c.n_past for c in other.checkpoints] == [c.n_past for c in cache.checkpoints] == [40, 80, 90, 120, 139]
+    assert [c.n_past for c in other.checkpoints] == [c.n_past for c in cache.checkpoints] == [64, 128]
     _continue_and_compare(model, other, first, [4, 5])  # the state itself
     second = first[:95] + _ids(model, 10, seed=12)
-    assert other.prepare(second).cached == 90  # a restored checkpoint
+    assert other.prepare(second).cached == 64  # a restored checkpoint
     _continue_and_compare(model, other, second, [6])
 
 
@@ -220,16 +222,16 @@ def test_saved_state_is_refused_for_another_model(model, tmp_path) -> None:  # n
 
 
 def test_boundary_checkpoint_is_the_last_one_before_the_given_role(model) -> None:  # noqa: ANN001
-    ids = _ids(model, 100, seed=14)
+    ids = _ids(model, 400, seed=14)
     role = [3, 4]
-    for p in (20, 50, 80):
+    for p in (80, 200, 320):
         ids[p] = BOUNDARY
-    ids[21:23] = role  # `<|im_start|>assistant` at 20 and 60; 50 and 80 begin another role's message
-    ids[61:63] = role
-    ids[60] = BOUNDARY
-    cache = PromptCache(model, 256, checkpoint_every=0, boundary_id=BOUNDARY, boundary_next=role)
+    ids[81:83] = role  # `<|im_start|>assistant` at 80 and 240; 200 and 320 begin another role's message
+    ids[241:243] = role
+    ids[240] = BOUNDARY
+    cache = PromptCache(model, 512, checkpoint_every=0, boundary_id=BOUNDARY, boundary_next=role)
     cache.prepare(ids)
-    assert [c.n_past for c in cache.checkpoints] == [60, 99]
-    any_role = PromptCache(model, 256, checkpoint_every=0, boundary_id=BOUNDARY)
+    assert [c.n_past for c in cache.checkpoints] == [192, 384]  # 240 and the end (399), aligned down
+    any_role = PromptCache(model, 512, checkpoint_every=0, boundary_id=BOUNDARY)
     any_role.prepare(ids)
-    assert [c.n_past for c in any_role.checkpoints] == [80, 99]
+    assert [c.n_past for c in any_role.checkpoints] == [320, 384]

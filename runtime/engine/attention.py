@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model_config import ModelConfig
+from .align import ALIGN, segments
 from .ops import rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
@@ -122,13 +123,32 @@ def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Seque
     kc, vc = state.kv(layer)
     kc[:, pos0:pos0 + n] = a.k.transpose(1, 0, 2)
     vc[:, pos0:pos0 + n] = a.v.transpose(1, 0, 2)
-    end = pos0 + n
-    if w.attention_kernel is not None and n <= KERNEL_ROWS:
-        o = w.attention_kernel(a.q, kc, vc, pos0 + 1 + np.arange(n))
-    else:
-        mask = None if n == 1 else np.arange(end)[None, :] <= (pos0 + np.arange(n))[:, None]
-        o = attend(a.q, [(kc[:, :end], vc[:, :end], mask)])
+    small = KERNEL_ROWS if w.attention_kernel is not None else 0
+    o = np.empty((n, cfg.n_head, cfg.head_dim_v), np.float32)
+    for r0, r1 in segments(pos0, n, small):
+        if r1 - r0 <= small:
+            o[r0:r1] = w.attention_kernel(a.q[r0:r1], kc, vc, pos0 + r0 + 1 + np.arange(r1 - r0))
+        else:
+            _causal_rows(a.q, kc, vc, pos0, r0, r1, o)
     return _output(w, layer, o, a.gate)
+
+
+def _causal_rows(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos0: int, r0: int, r1: int,
+                 out: np.ndarray) -> None:
+    """Rows r0..r1 (positions pos0 + r) over the cache, in slices of rows aligned to absolute
+    positions, each over the keys up to its last row: a row's scores, sums and products then
+    have the same shapes whichever call computes it (and the masked upper triangle is skipped)."""
+    heads = q.shape[1]
+    p, p1 = pos0 + r0, pos0 + r1
+    while p < p1:
+        block_end = (p // ALIGN + 1) * ALIGN
+        fit = max(1, _SCORE_BUDGET // (heads * block_end))
+        size = min(ALIGN, 1 << (fit.bit_length() - 1))  # a power of two: slices never straddle ALIGN
+        end = min(p1, (p // size + 1) * size)
+        rows = slice(p - pos0, end - pos0)
+        mask = None if end - p == 1 else np.arange(end)[None, :] <= np.arange(p, end)[:, None]
+        out[rows] = attend(q[rows], [(kc[:, :end], vc[:, :end], mask)])
+        p = end
 
 
 def preview(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model_config import ModelConfig
+from .align import segments
 from .ops import l2_norm, rms_norm, sigmoid, silu, softplus
 from .state import SequenceState
 from .weights import Weights
@@ -94,8 +95,10 @@ def recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: 
 
 
 def chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
-            s: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+            s: np.ndarray, chunk: int = CHUNK, pos0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The same recurrence in chunks (WY / UT transform); returns (o, new S) and leaves `s` alone.
+
+    Chunks end at multiples of `chunk` in absolute positions (the first row is at `pos0`).
 
     Inside a chunk, with Γ the cumulative log decay: u = (I + A)⁻¹(βv − βe^Γ k S₀) where
     A[i,j] = β_i e^{Γ_i−Γ_j} k_i·k_j (j < i); o_i = e^{Γ_i} q_i S₀ + Σ_{j≤i} e^{Γ_i−Γ_j} (q_i·k_j) u_j;
@@ -109,8 +112,8 @@ def chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np
     G = np.ascontiguousarray(g.T).astype(np.float64)
     out = np.empty((nv, n, dv), dtype=np.float32)
     s = s.copy()
-    for c0 in range(0, n, chunk):
-        c1 = min(n, c0 + chunk)
+    bounds = [0, *range(chunk - pos0 % chunk, n, chunk), n]
+    for c0, c1 in zip(bounds, bounds[1:], strict=False):
         c = c1 - c0
         qc, kc, vc, bc = Q[:, c0:c1], K[:, c0:c1], V[:, c0:c1], B[:, c0:c1]
         gam = np.cumsum(G[:, c0:c1], axis=1)
@@ -129,7 +132,7 @@ def chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np
 
 
 def delta_rule(w: Weights, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np.ndarray, g: np.ndarray,
-               s: np.ndarray, s_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               s: np.ndarray, s_out: np.ndarray | None = None, pos0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-token loop for a few rows, chunked form for more (compiled with the numba backend).
 
     Returns (o, new S). `s` itself is left unchanged unless it is `s_out`, where the new state
@@ -140,9 +143,9 @@ def delta_rule(w: Weights, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np
             return w.gdn_step_kernel(q, k, v, g, beta, s, s_out)
         o, s_new = recurrent(q, k, v, beta, g, s.copy())
     elif w.gdn_kernel is not None:
-        o, s_new = w.gdn_kernel(q, k, v, g, beta, s)
+        o, s_new = w.gdn_kernel(q, k, v, g, beta, s, pos0=pos0)
     else:
-        o, s_new = chunked(q, k, v, beta, g, s)
+        o, s_new = chunked(q, k, v, beta, g, s, pos0=pos0)
     if s_out is None:
         return o, s_new
     s_out[...] = s_new
@@ -159,13 +162,16 @@ def output(w: Weights, cfg: ModelConfig, layer: int, o: np.ndarray, z: np.ndarra
 def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
     """The layer for rows continuing `state`; advances its conv ring and recurrent state."""
     r0, s0 = state.gdn(layer)
-    out, ring, _ = _causal(w, cfg, layer, h, state, s_out=s0)
-    r0[...] = ring
-    return out
+    parts = []
+    for a, b in segments(state.n_past, h.shape[0], RECURRENT_MAX_ROWS):
+        out, ring, _ = _causal(w, cfg, layer, h[a:b], state, s_out=s0, pos0=state.n_past + a)
+        r0[...] = ring
+        parts.append(out)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
-            s_out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            s_out: np.ndarray | None = None, pos0: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(output, new conv ring, new S); the new S goes to `s_out` when given (the state's own)."""
     if w.gdn_mixer_kernel is not None and h.shape[0] <= RECURRENT_MAX_ROWS:
         return _fused(w, cfg, layer, h, state, s_out)
@@ -173,7 +179,7 @@ def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Sequ
     ring, s = state.gdn(layer)
     x, new_ring = conv(ring, pr.u, w.tensor(f"blk.{layer}.ssm_conv1d.weight"))
     q, k, v = split_heads(cfg, silu(x))
-    o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out)
+    o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out, pos0)
     return output(w, cfg, layer, o, pr.z), new_ring, s_new
 
 

@@ -17,6 +17,7 @@ from ..gguf_file import GGUFModelFile, open_gguf
 from ..model_config import ModelConfig, describe
 from ..offload import OffloadRequest
 from . import attention, gdn
+from .align import chunk_bounds
 from .moe import moe
 from .ops import rms_norm
 from .state import SequenceState
@@ -110,8 +111,7 @@ class Model:
             return out
         state.prepare_write()
         self.weights.enter()
-        for c0 in range(0, n, self.prefill_chunk):
-            c1 = min(n, c0 + self.prefill_chunk)
+        for c0, c1 in chunk_bounds(state.n_past, n, self.prefill_chunk):
             x = self._embed(ids[c0:c1])
             for i in range(self.config.n_layer):
                 x = self._causal_layer(i, x, state)

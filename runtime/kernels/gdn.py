@@ -21,7 +21,7 @@ CHUNK = 32
 
 
 @njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
-def _gdn(q, k, v, g, beta, S, o, chunk):
+def _gdn(q, k, v, g, beta, S, o, chunk, offset):
     T, Hk, dk = q.shape
     Hv, dv = v.shape[1], v.shape[2]
     for h in prange(Hv):
@@ -34,8 +34,9 @@ def _gdn(q, k, v, g, beta, S, o, chunk):
         G = np.empty(chunk, np.float64)
         A = np.empty((chunk, chunk), np.float32)
         B = np.empty((chunk, chunk), np.float32)
-        for t0 in range(0, T, chunk):
-            n = min(chunk, T - t0)
+        t0 = 0
+        while t0 < T:
+            n = min(chunk - (t0 + offset) % chunk, T - t0)  # chunks end at multiples in absolute positions
             acc = 0.0
             for i in range(n):
                 acc += g[t0 + i, h]
@@ -98,6 +99,7 @@ def _gdn(q, k, v, g, beta, S, o, chunk):
                     w = np.float32(G[j]) * Kc[j, a]
                     for c in range(dv):
                         row[c] += w * U[j, c]
+            t0 += n
 
 
 def _checked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
@@ -114,8 +116,11 @@ def _checked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: n
 
 
 def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                S0: np.ndarray, chunk: int = CHUNK) -> tuple[np.ndarray, np.ndarray]:
+                S0: np.ndarray, chunk: int = CHUNK, pos0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Gated DeltaNet over T tokens of one layer; returns (o, S), float32, S0 left unchanged.
+
+    The first token sits at position `pos0`: chunks end at multiples of `chunk` in absolute
+    positions, so a continuation from an aligned position computes the chunks a cold pass does.
 
     q, k: (T, Hk, dk), already L2-normalised per head, q also scaled by 1/sqrt(dk);
     v: (T, Hv, dv); g: (T, Hv) log-decay (ssm_a·softplus(a + dt), ≤ 0); beta: (T, Hv) = sigmoid(b);
@@ -126,7 +131,8 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     S = np.array(S0, dtype=np.float32, order="C", copy=True)
     o = np.empty((q.shape[0], *v.shape[1:]), np.float32)
     if q.shape[0]:
-        _gdn(q, k, v, g, beta, S, o, max(1, int(chunk)))
+        chunk = max(1, int(chunk))
+        _gdn(q, k, v, g, beta, S, o, chunk, int(pos0) % chunk)
     return o, S
 
 

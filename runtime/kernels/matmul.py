@@ -72,6 +72,37 @@ def _grouped(t, raw, n_blocks, tsize, expert_bytes, xg, starts, item_expert, ite
                 yg[s0 + r, o] = dot_rows(t, 1, raw, p, n_blocks, xg, s0 + r)[0]
 
 
+@njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
+def _f32_rows(x, w, y):
+    """y = x · wᵀ with every element one dot product of fixed order: a row's result does not
+    depend on the rows computed with it (sgemm's blocking does, by float32 round-off)."""
+    n, n_in = x.shape
+    n_out = w.shape[0]
+    for ob in prange((n_out + 3) // 4):
+        o = 4 * ob
+        if o + 4 <= n_out:  # four weight rows meet each activation row (read once for all four)
+            w0, w1, w2, w3 = w[o], w[o + 1], w[o + 2], w[o + 3]
+            for r in range(n):
+                xr = x[r]
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for i in range(n_in):
+                    xi = xr[i]
+                    a0 += xi * w0[i]
+                    a1 += xi * w1[i]
+                    a2 += xi * w2[i]
+                    a3 += xi * w3[i]
+                y[r, o], y[r, o + 1], y[r, o + 2], y[r, o + 3] = a0, a1, a2, a3
+        else:
+            for oo in range(o, n_out):
+                wr = w[oo]
+                for r in range(n):
+                    xr = x[r]
+                    acc = np.float32(0.0)
+                    for i in range(n_in):
+                        acc += xr[i] * wr[i]
+                    y[r, oo] = acc
+
+
 @njit(inline="always")
 def _decode_rows(t, raw, n_blocks, tsize, base, row0, out):
     """Weight rows row0 .. row0 + len(out) of the matrix at byte `base`, as float32 into out."""
@@ -238,6 +269,8 @@ class Matrices:
             self.tsize, blk = GEOMETRY[t]
             self.n_blocks = n_in // blk
         self.integer = not exact and integer_code(t, n_in)  # 8-bit activations, integer dot products
+        # the default kernels compute each row alone (a cached continuation equals a cold prefill)
+        self.row_exact = not exact
         if self.integer:
             self.act_block = activation_block(t)
             self.int_blocks = n_in // GEOMETRY[t][1]
@@ -314,6 +347,8 @@ class Matrices:
             starts, rows = _dense_rows(n)
             INT_KERNELS[self.t](self.raw, self.int_blocks, self.tsize, self.expert_bytes, xq.q, xq.d, xq.sums,
                                 starts, *self._dense(), rows, y)
+        elif self.t == F32 and self.row_exact:
+            _f32_rows(x, self.rows(0, 0, self.n_out), y)
         elif self.t == F32:
             np.matmul(x, self.rows(0, 0, self.n_out).T, out=y)
         elif n >= BLAS_ROWS or not self.vector:
