@@ -33,8 +33,9 @@ _add("-no-cnv --no-conversation -st --single-turn",
 _add("-i --interactive -if --interactive-first", "`clover run` without a prompt is already interactive")
 _add("-mli --multiline-input", 'wrap multi-line input in """ … """ at the prompt')
 _add("--jinja --no-jinja --chat-template", _TEMPLATE)
-_add("--chat-template-kwargs", "use --think/--no-think, or chat_template_kwargs in an API request")
-_add("-rea --reasoning --reasoning-format", "use --think/--no-think")
+_add("--chat-template-kwargs",
+     "use --think/--no-think or --reasoning-budget, or chat_template_kwargs in an API request")
+_add("-rea --reasoning --reasoning-format", "use --think/--no-think or --reasoning-budget")
 _add("-ctk --cache-type-k -ctv --cache-type-v",
      "the KV cache is float32 (clover inspect -ctk f16|q8_0 estimates llama.cpp's sizes)")
 _add("-kvu --kv-unified -nkvo --no-kv-offload", "each sequence has its own float32 KV cache")

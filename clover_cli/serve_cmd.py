@@ -29,6 +29,7 @@ from .options import (
 )
 
 DEFAULT_PORT = 8085
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0  # within `docker stop`'s 10 s before it kills
 
 
 def _env(name: str) -> str:
@@ -60,7 +61,10 @@ class ServeOptions:
     checkpoint_every: int = 2048
     slot_save_path: Path | None = None
     verify: bool | None = None
+    reasoning_budget: int = -1  # chat requests' default: -1 thinks freely, 0 not at all (--no-think), N tokens
     offload: OffloadRequest | None = None  # -ngl, --cpu-moe, --n-cpu-moe, --device, --main-gpu
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    slots_verbose: bool = False
 
 
 def command(
@@ -132,6 +136,14 @@ def command(
     verify: Annotated[bool | None, typer.Option(
         "--verify/--no-verify", envvar=_env("VERIFY"), show_default=False,
         help="Diffusion: check each block against greedy AR at its commit (default: on when greedy).")] = None,
+    think: Annotated[bool | None, typer.Option(
+        "--think/--no-think", envvar=_env("THINK"), show_default=False,
+        help="Whether chat replies reason first by default (default: --think); a request overrides it "
+             "(chat_template_kwargs.enable_thinking, reasoning_budget_tokens, reasoning_effort).")] = None,
+    reasoning_budget: Annotated[int, typer.Option(
+        "--reasoning-budget", envvar=_env("REASONING_BUDGET"), min=-1,
+        help="Default thinking tokens per chat reply: -1 no limit, 0 no thinking (--no-think), N at most N "
+             "(then </think> is written for the model); a request's own budget wins.")] = -1,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", envvar=_env("MAX_QUEUE"), min=0,
         help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
@@ -146,6 +158,15 @@ def command(
     slot_save_path: Annotated[Path | None, typer.Option(
         "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
         help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
+    slots_verbose: Annotated[bool, typer.Option(
+        "--slots-verbose", envvar=_env("SLOTS_VERBOSE"),
+        help="GET /slots also shows each slot's prompt text (off: counts and state only).")] = False,
+    shutdown_timeout: Annotated[float, typer.Option(
+        "--shutdown-timeout", envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0, show_default=False,
+        help=f"On Ctrl-C, SIGTERM or clover stop, seconds running replies may take to finish (default "
+             f"{DEFAULT_SHUTDOWN_TIMEOUT_S:g}); then they are cut with a server_shutting_down error. Queued and "
+             "new requests get 503 at once.")
+    ] = DEFAULT_SHUTDOWN_TIMEOUT_S,
     detach: Annotated[bool, typer.Option(
         "--detach", envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
@@ -165,6 +186,11 @@ def command(
         raise CloverError("the model is given twice (argument and -m)", "give it once")
     if decode is not None and decode not in ("auto", "diffusion", "ar"):
         raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
+    if think is False and reasoning_budget > 0 or think and reasoning_budget == 0:
+        raise CloverError(f"--{'no-' if think is False else ''}think and --reasoning-budget {reasoning_budget} "
+                          "disagree", "give one of them")
+    if think is False:
+        reasoning_budget = 0
     opts = ServeOptions(
         model=model, host=host, port=port, ctx=ctx, parallel=parallel, alias=alias,
         api_keys=api_keys.collect(api_key, api_key_file,
@@ -173,8 +199,10 @@ def command(
         allowed_hosts=tuple(h.strip() for h in (allowed_hosts or "").split(",") if h.strip()),
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
-        verify=verify, offline=offline, ctx_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every,
-        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu))
+        verify=verify, reasoning_budget=reasoning_budget, offline=offline, ctx_checkpoints=ctx_checkpoints,
+        checkpoint_every=checkpoint_every,
+        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu),
+        shutdown_timeout=shutdown_timeout, slots_verbose=slots_verbose)
     from clover_runtime.torch_backend.group import request_device
 
     request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
@@ -216,7 +244,9 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
     args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.per_seq),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
             "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
-            "--checkpoint-every", str(opts.checkpoint_every)]
+            "--checkpoint-every", str(opts.checkpoint_every), "--shutdown-timeout", f"{opts.shutdown_timeout:g}"]
+    if opts.slots_verbose:
+        args.append("--slots-verbose")
     if opts.cors_origins:
         args += ["--cors-origins", ",".join(opts.cors_origins)]
     if opts.allowed_hosts:
@@ -236,6 +266,8 @@ def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
             args += [flag, str(value)]
     if opts.verify is not None:
         args.append("--verify" if opts.verify else "--no-verify")
+    if opts.reasoning_budget != -1:
+        args += ["--reasoning-budget", str(opts.reasoning_budget)]
     return args
 
 
@@ -320,9 +352,11 @@ def _foreground(opts: ServeOptions) -> None:
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
         timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
-        block_length=opts.block_length, verify=opts.verify, ctx_checkpoints=opts.ctx_checkpoints,
+        block_length=opts.block_length, verify=opts.verify, reasoning_budget=opts.reasoning_budget,
+        ctx_checkpoints=opts.ctx_checkpoints,
         checkpoint_every=opts.checkpoint_every,
         slot_save_path=str(opts.slot_save_path) if opts.slot_save_path is not None else None,
+        shutdown_timeout_s=opts.shutdown_timeout, slots_verbose=opts.slots_verbose,
         shutdown_token=token, build=f"clover-{__version__}")
 
     def load_session() -> object:
@@ -344,7 +378,7 @@ def _foreground(opts: ServeOptions) -> None:
     started = time.monotonic()
     record = service.ServerRecord(pid=os.getpid(), port=port, host=opts.host, model=prep.model_id,
                                   started=time.time(), token=token, log=os.environ.get(service.LOG_ENV),
-                                  version=__version__)
+                                  version=__version__, shutdown_timeout=opts.shutdown_timeout)
 
     def on_listening() -> None:
         service.write_record(record)

@@ -36,6 +36,7 @@ class ServerRecord:
     token: str
     log: str | None = None
     version: str = ""
+    shutdown_timeout: float = 0.0  # its --shutdown-timeout: `clover stop` waits that much longer
 
     @property
     def url(self) -> str:
@@ -199,7 +200,8 @@ def wait_ready(proc: subprocess.Popen, port: int, log_path: Path, timeout: float
 
 
 def stop_server(record: ServerRecord, timeout: float = 30.0) -> str:
-    """Stop one server cleanly; returns how ("stopped" or "killed")."""
+    """Stop one server cleanly; returns how ("stopped" or "killed"). The server's own
+    --shutdown-timeout (running replies finishing) is waited for on top of `timeout`."""
     import psutil
 
     try:
@@ -210,7 +212,7 @@ def stop_server(record: ServerRecord, timeout: float = 30.0) -> str:
     if not _request_shutdown(record):
         proc.terminate()  # SIGTERM on POSIX (uvicorn shuts down gracefully); TerminateProcess on Windows
     how = "stopped"
-    if not _wait_gone(proc, timeout):
+    if not _wait_gone(proc, timeout + max(0.0, float(record.shutdown_timeout or 0.0))):
         proc.kill()
         how = "killed"
         if not _wait_gone(proc, 5.0):

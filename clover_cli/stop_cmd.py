@@ -8,9 +8,11 @@ import typer
 def command(
     port: int | None = typer.Argument(None, help="Port of the server to stop (see `clover ps`)."),
     all_: bool = typer.Option(False, "--all", help="Stop every running clover server."),
-    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait before forcing it to quit."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds to wait, beyond the server's --shutdown-timeout, "
+                                                          "before forcing it to quit."),
 ) -> None:
-    """Stop a running clover server: in-flight generations are cancelled and connections closed.
+    """Stop a running clover server: queued requests get 503, running replies get the server's
+    --shutdown-timeout to finish and are then cut with a server_shutting_down error.
 
     Example:
 

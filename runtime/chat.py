@@ -8,6 +8,8 @@ events. Text is emitted per committed block: inside a block, text can still chan
 
 from __future__ import annotations
 
+import codecs
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from .chat_template import ChatTemplate, opens_reasoning
-from .decoding import BlockEvent, DecodeParams, DoneEvent, PassEvent, generate
+from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, PassEvent, generate, token_logprob
 from .decoding.constraint import Grammar, compile_grammar
 from .errors import ContextLengthError
 from .offload import OffloadRequest
 from .output_parser import OutputParser
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
-from .reply import ContentDelta, Finished, Progress, ReplyEvent, ToolCallArgs, ToolCallStart
+from .reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
+from .stops import AnswerStops, StopStrings
 from .tokenizer import Tokenizer
 
 
@@ -46,37 +49,16 @@ class PreparedPrompt:
 
 
 MASK_GLYPH = "·"
+SCORE_CHUNK = 64  # prompt rows scored per forward: 64 × a 248K vocabulary of float32 logits is 63 MB
 
 
-class _StopStrings:
-    """Holds back text that could be the start of a stop string; cuts at the first full match."""
+def _as_score(token: int, s: Any) -> TokenScore:
+    """A decoder's `TokenLogprob` as the reply's `TokenScore`."""
+    return TokenScore(int(token), s.logprob, tuple(zip(s.top_ids, s.top_logprobs, strict=True)))
 
-    def __init__(self, stops: Sequence[str]) -> None:
-        self.stops = [s for s in stops if s]
-        self.buf = ""
-        self.hit = False
 
-    def feed(self, text: str) -> str:
-        if not self.stops:
-            return text
-        self.buf += text
-        cut = min((i for i in (self.buf.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.buf, self.hit = self.buf[:cut], "", True
-            return out
-        hold = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self.buf)), 0, -1):
-                if self.buf.endswith(s[:k]):
-                    hold = max(hold, k)
-                    break
-        out = self.buf[: len(self.buf) - hold]
-        self.buf = self.buf[len(self.buf) - hold:]
-        return out
-
-    def flush(self) -> str:
-        out, self.buf = self.buf, ""
-        return out
+def _score(token: int, logits: Any, top: int) -> TokenScore:
+    return _as_score(token, token_logprob(logits, token, top))
 
 
 def _timings(stats: Any, cache_n: int) -> dict[str, float]:
@@ -98,6 +80,31 @@ def _timings(stats: Any, cache_n: int) -> dict[str, float]:
         "diffusion_n": stats.diffusion_tokens,
         "diffusion_per_second": round(stats.diffusion_per_second, 3),
     }
+
+
+class _Scored:
+    """Token scores waiting for their text: each is sent once the stop strings have let its first
+    character through, and dropped when a stop string cut the text before it."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.chars = 0  # raw text so far, in characters
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending: list[tuple[int, TokenScore]] = []
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[Any] | None) -> None:
+        """A block's tokens; forced ones (a reasoning budget's `</think>`) come without scores."""
+        for i, t in enumerate(ids):
+            if logprobs is not None:
+                self.pending.append((self.chars, _as_score(t, logprobs[i])))
+            self.chars += len(self._utf8.decode(self.tokenizer.token_bytes(int(t))))
+
+    def release(self, limit: float) -> list[Logprobs]:
+        n = 0
+        while n < len(self.pending) and self.pending[n][0] < limit:
+            n += 1
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return [Logprobs(tuple(score for _, score in out))] if out else []
 
 
 class _Halt:
@@ -214,15 +221,39 @@ class ChatSession:
         yield from self.generate(self.prepare_text(prompt), params=params, cancel=cancel, cache=cache,
                                  cache_prompt=cache_prompt)
 
+    def score(self, ids: Sequence[int], top: int = 0) -> list[TokenScore]:
+        """Each token's logprob given the ones before it, with `top` alternatives: one causal
+        forward over a fresh state (what lm-evaluation-harness's loglikelihood asks through `echo`).
+        The first token has none: nothing predicts it."""
+        ids = [int(t) for t in ids]
+        self._check(ids)
+        state = self.model.new_state(max(1, len(ids)))
+        out = [TokenScore(ids[0], None)] if ids else []
+        for c0 in range(0, len(ids) - 1, SCORE_CHUNK):  # the last token predicts nothing scored
+            rows = self.model.forward(ids[c0:c0 + SCORE_CHUNK], state)
+            out += [_score(ids[c0 + j + 1], row, top) for j, row in enumerate(rows) if c0 + j + 1 < len(ids)]
+        return out
+
     def generate(self, prompt: PreparedPrompt, *, params: DecodeParams | None = None,
                  cancel: threading.Event | None = None, cache: PromptCache | None = None,
-                 cache_prompt: bool = True) -> Iterator[ReplyEvent]:
-        """Events for a prompt from `prepare`/`prepare_text`, generated from exactly its ids."""
+                 cache_prompt: bool = True, score_prompt: int | None = None) -> Iterator[ReplyEvent]:
+        """Events for a prompt from `prepare`/`prepare_text`, generated from exactly its ids.
+        `score_prompt` first sends the prompt's own logprobs (`score`) with that many alternatives;
+        `params.max_tokens` 0 then generates nothing."""
         p = self._params(params)
         if prompt.grammar is not None:
             p = replace(p, grammar=prompt.grammar)
         ids = prompt.ids
         self._check(ids)
+        if score_prompt is not None:
+            t_score = time.perf_counter()
+            yield Logprobs(tuple(self.score(ids, score_prompt)), prompt=True)
+            if p.max_tokens == 0:
+                done = GenerationStats(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t_score) * 1e3)
+                usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids),
+                         "cached_tokens": 0}
+                yield Finished("length", usage, _timings(done, 0), done)
+                return
         parser = None
         if prompt.chat:
             parser = OutputParser(prompt.tools, starts_in_reasoning=opens_reasoning(prompt.text),
@@ -239,7 +270,10 @@ class ChatSession:
             state, gen_ids = self.model.new_state(self.n_ctx), ids
         generated: list[int] = []
         decoder = self.tokenizer.stream_decoder()
-        stops = _StopStrings(p.stop_strings())
+        stops: AnswerStops | StopStrings = (
+            AnswerStops(p.stop_strings(), starts_in_reasoning=opens_reasoning(prompt.text)) if prompt.chat
+            else StopStrings(p.stop_strings()))
+        scored = _Scored(self.tokenizer) if p.logprobs is not None else None
         passes_per_block = int(p.max_passes or p.block_length or self.model.config.diffusion.block_length)
         stats = None
         t0 = time.perf_counter()
@@ -264,7 +298,12 @@ class ChatSession:
                     yield Progress(ev.block, ev.pass_index, passes_per_block, ev.masked, shown)
                 elif isinstance(ev, BlockEvent):
                     generated.extend(ev.token_ids)
-                    yield from emit(stops.feed(decoder.feed(ev.token_ids)))
+                    if scored is not None:
+                        scored.add(ev.token_ids, ev.logprobs)
+                    shown = emit(stops.feed(decoder.feed(ev.token_ids)))
+                    if scored is not None:
+                        yield from scored.release(stops.cut_at if stops.hit else stops.released)
+                    yield from shown
                     if stops.hit:
                         halt.stop()
                 elif isinstance(ev, DoneEvent):
@@ -280,6 +319,10 @@ class ChatSession:
         if cache is not None:
             cache.finish(ids, generated)
         if not stops.hit:
+            if scored is not None:
+                yield from scored.release(math.inf)
+                if not prompt.chat and stats is not None and stats.stop_logprob is not None:
+                    yield Logprobs((_as_score(stats.stop_token, stats.stop_logprob),))  # as OpenAI's <|endoftext|>
             yield from emit(stops.feed(decoder.flush()) + stops.flush())
         if parser is not None:
             yield from calls(parser.finish())
@@ -290,7 +333,8 @@ class ChatSession:
         stats.gen_ms = max(stats.gen_ms, (time.perf_counter() - t0) * 1e3 - stats.prompt_ms)
         usage = {"prompt_tokens": len(ids), "completion_tokens": stats.generated_tokens,
                  "total_tokens": len(ids) + stats.generated_tokens, "cached_tokens": int(cached)}
-        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats)
+        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats,
+                       stop_word=stops.word)
 
 
 def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_file: str | Path | None = None,

@@ -90,5 +90,6 @@ def _merged(head: GenerationStats, tail: GenerationStats) -> GenerationStats:
         experts_per_pass=float(np.mean(history)) if history else 0.0,
         finish_reason=tail.finish_reason,
         stop_token=tail.stop_token,
+        stop_logprob=tail.stop_logprob,
         experts_history=history,
     )

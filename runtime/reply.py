@@ -67,9 +67,31 @@ class Finished:
     usage: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     stats: Any = None
+    stop_word: str | None = None  # the stop string that ended it, when one did
 
 
-ReplyEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs | ParseError | Progress | Finished
+@dataclass(frozen=True)
+class TokenScore:
+    """One token with its log-probability (None for a prompt's first token, which nothing
+    predicts) and the most likely tokens at its position as (id, logprob), best first."""
+
+    id: int
+    logprob: float | None
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Logprobs:
+    """Scores of the next tokens of the reply (asked for with `DecodeParams.logprobs`), or of the
+    prompt's tokens (`prompt`, for a completion's `echo`). Sent before the text they make up; the
+    reply's tokens concatenate to its raw text (reasoning included), cut where a stop string cut it."""
+
+    tokens: tuple[TokenScore, ...]
+    prompt: bool = False
+
+
+ReplyEvent = (ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs | ParseError | Progress | Logprobs
+              | Finished)
 
 
 @dataclass
@@ -88,6 +110,8 @@ class Reply:
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     finished: Finished | None = None
+    logprobs: list[TokenScore] = field(default_factory=list)
+    prompt_logprobs: list[TokenScore] = field(default_factory=list)
 
     def add(self, ev: ReplyEvent) -> None:
         match ev:
@@ -103,6 +127,8 @@ class Reply:
                 self.calls[index].arguments += fragment
             case ParseError(message=message):
                 self.errors.append(message)
+            case Logprobs(tokens=tokens, prompt=prompt):
+                (self.prompt_logprobs if prompt else self.logprobs).extend(tokens)
             case Finished():
                 self.finished = ev
 
@@ -121,6 +147,10 @@ class Reply:
     @property
     def timings(self) -> dict[str, float]:
         return dict(self.finished.timings) if self.finished else {}
+
+    @property
+    def stop_word(self) -> str | None:
+        return self.finished.stop_word if self.finished else None
 
     @property
     def stats(self) -> Any:

@@ -2,11 +2,14 @@
 
 The server runs in a thread of the test process (the same code path as `clover serve`, minus the
 CLI), with the real chat session over a tiny synthetic model, so requests go through sockets,
-middleware, worker threads and the engine exactly as in production.
+middleware, worker threads and the engine exactly as in production. `serve_process` starts the real
+`clover serve` command instead, for what needs a process of its own (signals, `clover stop`).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import threading
@@ -92,6 +95,41 @@ def live_server(session_factory: Callable[[], Any], wait_loaded: bool = True,
         live.state.runner.cancel_all()
         server.should_exit = True
         thread.join(15)
+
+
+def clover_env(home: Path) -> dict[str, str]:
+    """The environment a `clover` subprocess runs with: no CLOVER_* from the caller, its own home."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_")}
+    return {**clean, "CLOVER_HOME": str(home), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "COLUMNS": "200"}
+
+
+@contextmanager
+def serve_process(model: Path, *args: str, home: Path) -> Iterator[tuple[subprocess.Popen, int]]:
+    """`clover serve MODEL --port 0 ARGS` as a user starts it; yields (process, port) once /health is
+    ok, and kills the process if it is still running at the end. Its stderr goes to home/serve.log."""
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / "serve.log").open("w", encoding="utf-8")
+    proc = subprocess.Popen([sys.executable, "-m", "clover_cli", "serve", str(model), "--port", "0", *args],
+                            cwd=ROOT, env=clover_env(home), text=True, encoding="utf-8", stdout=subprocess.PIPE,
+                            stderr=log)
+    try:
+        line = proc.stdout.readline()  # blocks until the server listens (or dies)
+        found = re.match(r"listening on http://127\.0\.0\.1:(\d+) ", line)
+        if found is None:
+            raise RuntimeError(f"clover serve did not start: {line!r}")
+        port = int(found.group(1))
+        deadline = time.monotonic() + LOAD_TIMEOUT_S
+        while httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code != 200:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the model did not load in time")
+            time.sleep(0.1)
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+        proc.stdout.close()
+        log.close()
 
 
 @contextmanager

@@ -13,7 +13,7 @@ import time
 import httpx
 import openai
 import pytest
-from serve_helpers import chat_factory, fixed_reply_model, live_server
+from serve_helpers import chat_factory, fixed_reply_model, live_server, sse_events
 
 N_CTX = 16384
 FOREVER = N_CTX - 64  # max_tokens no test waits for: minutes of generation on any machine
@@ -137,3 +137,75 @@ def test_request_timeout(model):
         _wait_for(lambda: _metrics(c)["clover:requests_processing"] == 0, timeout=10, what="the slot to free")
         ok = c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 2})
     assert ok.status_code == 200
+
+
+def test_clients_that_left_the_queue_free_their_places(model):
+    """A request whose client disconnected while it waited for a slot leaves the line at once, so live
+    requests within --max-queue are admitted instead of 503."""
+    with live_server(chat_factory(model, N_CTX), n_ctx=N_CTX, n_parallel=1, max_queue=2) as live, \
+            live.client() as c, live.client() as streamer, \
+            streamer.stream("POST", "/v1/chat/completions", json={**CHAT, "max_tokens": FOREVER, "stream": True}) as r:
+        lines = r.iter_lines()
+        while '"content":"' not in next(lines):  # generating: the only slot is taken
+            pass
+        before = _metrics(c)["clover:requests_cancelled_total"]
+
+        def leave() -> None:
+            with live.client() as gone, pytest.raises(httpx.ReadTimeout):
+                gone.post("/v1/chat/completions", json={**CHAT, "max_tokens": 4}, timeout=1.0)
+
+        leavers = [threading.Thread(target=leave) for _ in range(2)]
+        for t in leavers:
+            t.start()
+        for t in leavers:
+            t.join(30)
+        _wait_for(lambda: _metrics(c)["clover:requests_deferred"] == 0, timeout=10, what="the queue to empty")
+        after = _metrics(c)
+        assert after["clover:requests_processing"] == 1  # left while the slot was still taken: never ran
+        assert after["clover:requests_cancelled_total"] == before + 2
+
+        answers: list[httpx.Response] = []
+        live_ones = [threading.Thread(target=lambda: answers.append(
+            c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 4}))) for _ in range(2)]
+        for t in live_ones:
+            t.start()
+        _wait_for(lambda: _metrics(c)["clover:requests_deferred"] == 2, what="both live requests to queue")
+        streamer.close()  # the slot frees: both run in turn
+        for t in live_ones:
+            t.join(60)
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert all(a.json()["choices"][0]["finish_reason"] == "length" for a in answers)
+
+
+def test_a_reply_cut_short_never_says_it_finished(server):
+    """A generation the server stops for no reason the client knows (here: the runner cancelling
+    everything, as on an internal failure) ends with an error, never `finish_reason: "stop"`."""
+    with server.client() as c, c.stream("POST", "/v1/chat/completions",
+                                        json={**CHAT, "max_tokens": FOREVER, "stream": True}) as r:
+        events = sse_events(r.iter_lines())
+        seen = []
+        for event in events:
+            seen.append(event)
+            if '"content":"' in event:
+                break
+        server.state.runner.cancel_all()
+        seen += list(events)
+    assert "[DONE]" not in seen
+    chunks = [json.loads(e) for e in seen]
+    assert all(ch["choices"][0]["finish_reason"] is None for ch in chunks[:-1])
+    assert chunks[-1]["error"]["code"] == 500 and chunks[-1]["error"]["type"] == "server_error"
+    server.wait_idle()
+
+    answer: dict = {}
+
+    def ask() -> None:
+        with server.client() as c:
+            answer["r"] = c.post("/v1/chat/completions", json={**CHAT, "max_tokens": FOREVER})
+
+    plain = threading.Thread(target=ask)
+    plain.start()
+    with server.client() as c:
+        _wait_for(lambda: _metrics(c)["clover:requests_processing"] == 1, what="the reply to run")
+    server.state.runner.cancel_all()
+    plain.join(30)
+    assert answer["r"].status_code == 500 and "choices" not in answer["r"].json()

@@ -22,7 +22,7 @@ NO_THINKING = {"enable_thinking": False}
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(CALL, after_tool=ANSWER)
-    with live_server(chat_factory(model, 2048), model_id="m", n_ctx=4096, n_parallel=2) as live:
+    with live_server(chat_factory(model, 2048), model_id="m", n_ctx=4096, n_parallel=2, slots_verbose=True) as live:
         yield live
 
 
@@ -142,6 +142,9 @@ def test_slot_save_restore_erase(server, tmp_path) -> None:  # noqa: ANN001
         _ask(client, conv)
         live.wait_idle()
         with live.client() as c:
+            shown = c.get("/slots")  # without --slots-verbose: counts and state, not the conversation
+            assert "prompt" not in shown.json()[0] and "Saved slot" not in shown.text
+            assert shown.json()[0]["n_cached_tokens"] > 60
             saved = c.post("/slots/0?action=save", json={"filename": "a.bin"}).json()
             assert saved["id_slot"] == 0 and saved["n_saved"] > 60
             assert saved["n_written"] == (tmp_path / "a.bin").stat().st_size

@@ -129,3 +129,48 @@ def test_web_page_is_self_contained(keyed):
     for forbidden in ("http://", "https://", "<link ", "src=\"//"):
         assert forbidden not in html.replace("https?:", ""), forbidden
     assert "<script" in html and "v1/chat/completions" in html
+
+
+def test_error_bodies_show_no_server_folders(tmp_path):
+    """Errors about files (slot save/restore with bad files, a model that failed to load) name the
+    file, never the folders it sits in on the server."""
+    folder = tmp_path / "srv-ünï"
+    slots = folder / "slots"
+    slots.mkdir(parents=True)
+    (slots / "junk.bin").write_bytes(b"not a saved state")
+    (slots / "taken").mkdir()  # saving to this name cannot write a file
+    model = tiny_model(folder)
+    answers = []
+    with live_server(chat_factory(model, 256), n_ctx=256, model_path=str(model), slot_save_path=str(slots)) as live, \
+            live.client() as c:
+        assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+        assert c.post("/slots/0?action=save", json={"filename": "good.bin"}).status_code == 200
+        whole = (slots / "good.bin").read_bytes()
+        (slots / "cut.bin").write_bytes(whole[:len(whole) // 2])
+        for action, name in [("restore", "junk.bin"), ("restore", "cut.bin"), ("save", "taken")]:
+            answers.append((name, c.post(f"/slots/0?action={action}", json={"filename": name})))
+    broken = folder / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    with live_server(chat_factory(broken, 256), wait_loaded=False, n_ctx=256, model_path=str(broken)) as live, \
+            live.client() as c:
+        assert live.state.loaded.wait(60) and live.state.load_error
+        answers.append(("broken.gguf", c.post("/v1/chat/completions", json=CHAT)))
+    hidden = {str(folder), str(folder.resolve()), folder.as_posix(), str(tmp_path)}
+    for name, r in answers:
+        assert r.status_code >= 400, (name, r.text)
+        message = r.json()["error"]["message"]
+        assert not any(h in message for h in hidden), message
+    for name, r in answers[:3]:
+        assert 400 <= r.status_code < 500 and name in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize(("message", "folders", "shown"), [
+    ("cannot read C:\\Users\\me\\slots\\a.bin: denied", ["C:\\Users\\me\\slots"], "cannot read a.bin: denied"),
+    ("'C:\\\\Users\\\\me\\\\m.gguf' is damaged", ["C:\\Users\\me"], "'m.gguf' is damaged"),
+    ("/srv/models/sub/m.gguf and /srv/models", ["/srv/models/sub", "/srv/models"], "m.gguf and <server folder>"),
+    ("/tmpfoo/x stays, /tmp/y goes", ["/tmp"], "/tmpfoo/x stays, y goes"),
+])
+def test_redact_paths(message, folders, shown):
+    from clover_cli.server.errors import redact_paths
+
+    assert redact_paths(message, folders) == shown

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
-from . import native_api, openai_api
+from . import anthropic_api, llama_api, native_api, ollama_api, openai_api, responses_api
 from .errors import install_handlers
 from .middleware import BodyLimit, CatchAll, Guard
 from .settings import ServerSettings
@@ -37,6 +37,10 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     install_handlers(app)
     app.include_router(native_api.router)
     app.include_router(openai_api.router)
+    app.include_router(anthropic_api.router)
+    app.include_router(responses_api.router)
+    app.include_router(ollama_api.router)
+    app.include_router(llama_api.router)
     # Added innermost first: CatchAll < Guard (keys, origin) < BodyLimit < CORS, so even 401/413/500
     # carry CORS headers and preflights are answered before any key is asked for.
     app.add_middleware(CatchAll)
@@ -46,6 +50,7 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     cors: dict[str, Any] = {"allow_origins": ["*"]} if settings.allows_any_origin else {
         "allow_origin_regex": settings.origin_regex()}
     app.add_middleware(CORSMiddleware, allow_methods=["GET", "POST", "OPTIONS"],
-                       allow_headers=["Authorization", "Content-Type", "X-Api-Key"],
+                       allow_headers=["Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version",
+                                      "Anthropic-Beta"],
                        allow_credentials=False, max_age=600, **cors)
     return app

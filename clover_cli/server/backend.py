@@ -94,25 +94,36 @@ def with_json_hint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": JSON_OBJECT_HINT}] + messages
 
 
-def thinking(req: ChatRequest) -> tuple[dict[str, Any], int | None]:
+def thinking(req: ChatRequest, default_budget: int = -1) -> tuple[dict[str, Any], int | None]:
     """Template kwargs and reasoning budget from every way clients ask for thinking. The most
     specific switch wins: `chat_template_kwargs.enable_thinking`, then Ollama's `think: bool`, then
-    an effort of "none" (`reasoning_effort`, or `thinking_budget: 0`). A budget in tokens comes from
-    `thinking_budget`, else the effort level (`reasoning_effort` or a `think` level)."""
+    a budget or effort (`thinking_budget`, llama-server's `reasoning_budget_tokens`, `reasoning_effort`
+    or a `think` level: 0 or "none" is off, anything else on), then the server's default
+    (`clover serve --reasoning-budget`/`--no-think`: -1 thinks without limit, 0 not at all, N
+    tokens at most)."""
     from clover_runtime.reasoning_budget import effort_budget
 
     kwargs = dict(req.chat_template_kwargs or {})
     effort = req.think if isinstance(req.think, str) else req.reasoning_effort
-    budget = req.thinking_budget if req.thinking_budget is not None else (
-        effort_budget(effort) if effort is not None else None)
+    given = next((v for v in (req.thinking_budget, req.reasoning_budget_tokens, req.reasoning_budget)
+                  if v is not None), None)
+    asked = given is not None or effort is not None
+    if given is not None:
+        budget = None if given < 0 else given
+    else:
+        budget = effort_budget(effort) if effort is not None else None
     if "enable_thinking" not in kwargs:
         if isinstance(req.think, bool):
             kwargs["enable_thinking"] = req.think
-        elif budget == 0:
+        elif asked:
+            kwargs["enable_thinking"] = budget != 0
+        elif default_budget == 0:
             kwargs["enable_thinking"] = False
     if not kwargs.get("enable_thinking", True):
         return kwargs, None
-    if budget == 0 and req.thinking_budget is None:
+    if not asked:
+        return kwargs, default_budget if default_budget > 0 else None
+    if budget == 0 and given is None:
         return kwargs, None  # effort "none" overruled by a switch that turned thinking on
     return kwargs, budget
 
@@ -200,7 +211,7 @@ class Backend:
             **_drop_none(decode=req.decode or s.decode, block_length=req.block_length or s.block_length,
                          threshold=req.threshold or s.threshold, max_tokens=req.token_limit(),
                          stop=req.stop, verify=s.verify if req.verify is None else req.verify),
-            sampling=sampling, grammar=self._grammar(req))
+            sampling=sampling, logprobs=req.logprob_count(), grammar=self._grammar(req))
 
     @property
     def n_ctx(self) -> int:
@@ -244,18 +255,22 @@ class Backend:
                 "timings": {"restore_ms": round((time.perf_counter() - t0) * 1e3, 3)}}
 
     def slot_info(self, slot: int, processing: bool) -> dict[str, Any]:
-        """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds."""
+        """One slot for GET /slots, in llama-server's shape plus what its prompt cache holds. The
+        prompt is another client's conversation: its text is shown only with --slots-verbose."""
         cache = self.caches[slot]
         tokens = list(cache.tokens)
-        return {
+        info: dict[str, Any] = {
             "id": slot, "id_task": -1, "n_ctx": self.n_ctx, "speculative": False, "is_processing": processing,
-            "params": {}, "prompt": self.tokenizer.decode(tokens),
+            "params": {},
             "next_token": [{"has_next_token": processing, "has_new_line": False, "n_remain": -1, "n_decoded": 0,
                             "stopping_word": ""}],
             "n_cached_tokens": len(tokens),
             "checkpoints": [{"n_past": c.n_past} for c in list(cache.checkpoints)],
             "checkpoint_bytes": cache.checkpoint_bytes,
         }
+        if self.settings.slots_verbose:
+            info["prompt"] = self.tokenizer.decode(tokens)
+        return info
 
     def _render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                 kwargs: dict[str, Any], add_generation_prompt: bool = True) -> str:
@@ -286,7 +301,7 @@ class Backend:
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
         params = self._params(req)
-        kwargs, budget = thinking(req)
+        kwargs, budget = thinking(req, self.settings.reasoning_budget)
         if params.grammar is not None:  # the grammar starts at the reply's first token: no reasoning
             kwargs, budget = {**kwargs, "enable_thinking": False}, None
         from clover_runtime.decoding.constraint import GrammarError
@@ -325,19 +340,28 @@ class Backend:
         return self.tokenizer.decode(req.prompt)
 
     def completion_job(self, req: CompletionRequest) -> Job:
-        req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
-        return self._job(self.session.prepare_text(req.prompt), self._params(req), req.cache_prompt, "prompt")
+        """A raw completion; prompt token ids are generated from as they are (not decoded and
+        encoded again), so scores line up with the client's own tokenization (lm-eval's ctxlen)."""
+        from clover_runtime.chat import PreparedPrompt
 
-    def _job(self, prompt: PreparedPrompt, params: DecodeParams, reuse: bool, what: str) -> Job:
+        ids = None if isinstance(req.prompt, str) else list(req.prompt)
+        req.prompt = self.prompt_text(req)  # from here on the request carries text (echo uses it)
+        prompt = PreparedPrompt(req.prompt, ids, chat=False) if ids else self.session.prepare_text(req.prompt)
+        score = req.logprob_count() if req.echo else None
+        return self._job(prompt, self._params(req), req.cache_prompt, "prompt", score)
+
+    def _job(self, prompt: PreparedPrompt, params: DecodeParams, reuse: bool, what: str,
+             score_prompt: int | None = None) -> Job:
         """Check a prepared prompt against the context and make its generation, on the slot that
         holds most of exactly these ids."""
         self._check_context(len(prompt.ids), what)
         session, caches = self.session, self.caches
 
         def run(cancel: threading.Event, slot: int) -> Any:
-            return session.generate(prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse)
+            return session.generate(prompt, params=params, cancel=cancel, cache=caches[slot], cache_prompt=reuse,
+                                    score_prompt=score_prompt)
 
-        return Job(run, self._rank(prompt.ids, reuse))
+        return Job(run, self._rank(prompt.ids, reuse), len(prompt.ids))
 
     def progress_body(self, event: Any) -> dict[str, Any]:
         return {"block": event.block, "step": event.pass_index, "steps": event.passes,

@@ -1,8 +1,10 @@
 """Running the app under uvicorn on a socket we bind ourselves.
 
 Binding first turns "port in use" into one clear error instead of uvicorn's exit; the server
-subclass announces when it listens and when the model is ready, cancels generations on Ctrl-C or
-SIGTERM, and stops with an error if the model fails to load.
+subclass announces when it listens and when the model is ready, drains on Ctrl-C, SIGTERM or
+`clover stop` (queued and new requests get 503 at once, running replies get --shutdown-timeout
+seconds to finish, then are cut with an error that says so), and stops with an error if the model
+fails to load.
 """
 
 from __future__ import annotations
@@ -55,12 +57,7 @@ class CloverServer(uvicorn.Server):
         state.request_exit = self.request_exit
 
     def request_exit(self) -> None:
-        self.state.runner.cancel_all()
         self.should_exit = True
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        self.state.runner.cancel_all()
-        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -78,8 +75,10 @@ class CloverServer(uvicorn.Server):
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.state.runner.cancel_all()
+        """Drain while still listening (so new requests are answered 503, not refused), then let
+        uvicorn close the connections; a second Ctrl-C (force_exit) cuts at once."""
         try:
+            await self.state.runner.drain(self.state.settings.shutdown_timeout_s, lambda: self.force_exit)
             await super().shutdown(sockets)
         finally:
             if self.on_exit is not None:

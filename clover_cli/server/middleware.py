@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..console import safe
-from .errors import APIError
+from .errors import APIError, body_for
 
 log = logging.getLogger("clover.server")
 
@@ -24,8 +24,8 @@ PUBLIC_PATHS = frozenset({"/", "/index.html", "/favicon.ico", "/health", "/v1/he
                           "/v1/models", "/_clover/shutdown"})
 
 
-async def _send_error(send: Send, error: APIError) -> None:
-    body = json.dumps(error.body()).encode()
+async def _send_error(scope: Scope, send: Send, error: APIError) -> None:
+    body = json.dumps(body_for(scope.get("path", ""), error)).encode()  # in the shape of the path's API
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
@@ -81,7 +81,7 @@ class BodyLimit:
             return
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await _send_error(send, self._error(int(length)))
+            await _send_error(scope, send, self._error(int(length)))
             return
         seen = 0
         complete = False
@@ -112,7 +112,7 @@ class BodyLimit:
             await self.app(scope, limited_receive, tracked.send)
         except _BodyRefused as refused:
             if not tracked.started:
-                await _send_error(send, refused.error)
+                await _send_error(scope, send, refused.error)
 
 
 def split_host(host: str) -> tuple[str, int | None]:
@@ -185,16 +185,16 @@ class Guard:
             await self.app(scope, receive, send)
             return
         if not self._host_ok(scope):
-            await _send_error(send, APIError(403, "requests for this host name are not allowed; this server "
+            await _send_error(scope, send, APIError(403, "requests for this host name are not allowed; this server "
                                                   "answers to localhost, 127.0.0.1 and [::1] (start it with "
                                                   "--allowed-hosts to allow another name)"))
             return
         if not self._origin_ok(scope):
-            await _send_error(send, APIError(403, "requests from this origin are not allowed; "
+            await _send_error(scope, send, APIError(403, "requests from this origin are not allowed; "
                                                   "start the server with --cors-origins to allow it"))
             return
         if self.keys and scope["path"] not in PUBLIC_PATHS and not self._key_ok(scope):
-            await _send_error(send, APIError(401, "Invalid API Key",
+            await _send_error(scope, send, APIError(401, "Invalid API Key",
                                              headers={"WWW-Authenticate": "Bearer"}))
             return
         await self.app(scope, receive, send)
@@ -222,4 +222,4 @@ class CatchAll:
             log.error("internal error on %s %s: %s: %s", scope.get("method"), safe(scope.get("path", "")),
                       type(exc).__name__, safe(exc), exc_info=exc)
             if not tracked.started:
-                await _send_error(send, APIError(500, f"internal error: {type(exc).__name__}"))
+                await _send_error(scope, send, APIError(500, f"internal error: {type(exc).__name__}"))

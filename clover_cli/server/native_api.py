@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError
+from .generation import shutting_down_error
 from .schemas import ApplyTemplateRequest, DetokenizeRequest, SlotFileRequest, TokenizeRequest, parse_body
 from .state import ServerState
 
@@ -26,7 +27,10 @@ def _state(request: Request) -> ServerState:
 @router.api_route("/health", methods=["GET", "HEAD"])
 @router.api_route("/v1/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> Any:
-    _state(request).require_backend()
+    state = _state(request)
+    if state.runner.stopping:
+        raise shutting_down_error()
+    state.require_backend()
     return {"status": "ok"}
 
 
@@ -61,7 +65,8 @@ async def props(request: Request) -> Any:
         "default_generation_settings": {
             "n_ctx": s.n_ctx_slot,
             "params": {"decode": s.decode or "auto", "threshold": s.threshold,
-                       "block_length": s.block_length, "verify": s.verify},
+                       "block_length": s.block_length, "verify": s.verify,
+                       "reasoning_budget": s.reasoning_budget},
         },
         "modalities": {"vision": False, "audio": False},
     }
@@ -155,7 +160,13 @@ async def _backend_call(request: Request, schema: Any, method: str) -> Any:
 
 @router.post("/tokenize")
 async def tokenize(request: Request) -> Any:
-    return await _backend_call(request, TokenizeRequest, "tokenize")
+    state = _state(request)
+    req = parse_body(await request.body(), TokenizeRequest)
+    backend = state.require_backend()
+    body = await run_in_threadpool(backend.tokenize, req)
+    if req.prompt is not None:  # asked as vLLM asks: vLLM's fields too
+        body.update(count=len(body["tokens"]), max_model_len=backend.n_ctx)
+    return body
 
 
 @router.post("/detokenize")
@@ -178,6 +189,5 @@ async def shutdown(request: Request) -> Any:
         raise APIError(404, "File Not Found")
     if not hmac.compare_digest(given.encode(), token.encode()):
         raise APIError(403, "wrong shutdown token")
-    state.runner.cancel_all()
-    state.request_exit()
+    state.request_exit()  # the server drains: see CloverServer.shutdown
     return JSONResponse({"status": "stopping"}, status_code=202)

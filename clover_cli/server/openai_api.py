@@ -7,15 +7,24 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from clover_runtime.reply import ContentDelta, Progress, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
+from clover_runtime.reply import (
+    ContentDelta,
+    Logprobs,
+    Progress,
+    ReasoningDelta,
+    Reply,
+    ToolCallArgs,
+    ToolCallStart,
+)
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from .errors import APIError, context_exceeded, template_error
-from .generation import PING, Failed, Generation
+from .generation import PING, Failed, Generation, shutting_down_error
+from .logprobs import Words, text_length
 from .schemas import ChatRequest, CompletionRequest, parse_body
-from .shapes import Envelope, new_id, public_reason, tool_call_chunk
+from .shapes import Envelope, new_id, tool_call_chunk
 from .sse import DONE_FRAME, PING_FRAME, EventStreamResponse, frame
 from .state import ServerState
 
@@ -47,14 +56,40 @@ def _timeout_error(state: ServerState) -> APIError:
     return APIError(504, f"generation timed out after {state.settings.timeout_s:g} s (-to/--timeout)")
 
 
-async def _start(state: ServerState, job: Any) -> Generation:
+def _unfinished(state: ServerState, gen: Generation, result: Reply) -> APIError | None:
+    """Why a reply did not really finish (None when it did): `stop`, `length` and `tool_calls` are
+    reported only when true, never for a reply that was cut."""
+    if result.finish_reason not in (None, "cancelled"):
+        return None
+    state.metrics.count("requests_errors_total")
+    if gen.timed_out:
+        return _timeout_error(state)
+    if gen.cut_by_shutdown or state.runner.stopping:
+        return shutting_down_error(cut=True)
+    log.error("a generation ended without finishing its reply (%s)", result.finish_reason or "no end event")
+    return APIError(500, "internal error: the generation stopped before the reply was finished")
+
+
+async def _start(request: Request, state: ServerState, job: Any) -> Generation:
+    """A running generation for `job`; a client that leaves while waiting for a slot leaves the line."""
     state.metrics.count("requests_total")
+    starting = asyncio.ensure_future(state.runner.start(job, state.settings.timeout_s))
+    watcher = asyncio.ensure_future(_until_disconnect(request))
     try:
-        return await state.runner.start(job, state.settings.timeout_s)
-    except APIError as exc:
-        if exc.status == 503:
-            state.metrics.count("requests_rejected_total")
-        raise
+        await asyncio.wait({starting, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not starting.done():
+            starting.cancel()
+    (outcome,) = await asyncio.gather(starting, return_exceptions=True)
+    if isinstance(outcome, Generation):
+        return outcome
+    if isinstance(outcome, asyncio.CancelledError):
+        state.metrics.count("requests_cancelled_total")
+        raise APIError(499, "client closed the request")
+    if isinstance(outcome, APIError) and outcome.status == 503:
+        state.metrics.count("requests_rejected_total")
+    raise outcome
 
 
 async def _until_disconnect(request: Request) -> None:
@@ -79,22 +114,24 @@ async def _collect(request: Request, state: ServerState, gen: Generation) -> Rep
 
     watcher = asyncio.ensure_future(_until_disconnect(request))
     consumer = asyncio.ensure_future(consume())
+    left = False
     try:
         await asyncio.wait({watcher, consumer}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        if not consumer.done():
+        if not consumer.done():  # the client left (or this task was cancelled): nobody reads the reply
+            left = True
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
             consumer.cancel()
         watcher.cancel()
-    if consumer.cancelled():
+    if left:
         raise APIError(499, "client closed the request")
     if failure is not None:
         state.metrics.count("requests_errors_total")
         raise _failure(failure)
-    if gen.timed_out:
-        state.metrics.count("requests_errors_total")
-        raise _timeout_error(state)
+    error = _unfinished(state, gen, result)
+    if error is not None:
+        raise error
     state.metrics.record(result.usage, result.timings)
     return result
 
@@ -103,10 +140,32 @@ def _envelope(state: ServerState, prefix: str) -> Envelope:
     return Envelope(id=new_id(prefix), model=state.settings.model_id, fingerprint=state.settings.build)
 
 
+class _Pending:
+    """Token scores waiting for the next chunk that carries text (they arrive just before it)."""
+
+    def __init__(self, words: Words, wanted: bool) -> None:
+        self.words = words
+        self.wanted = wanted
+        self.scores: list[Any] = []
+
+    def add(self, event: Logprobs) -> None:
+        if self.wanted:
+            self.scores.extend(event.tokens)
+
+    def take(self) -> list[Any]:
+        out, self.scores = self.scores, []
+        return out
+
+    def chat(self) -> dict[str, Any] | None:
+        scores = self.take()
+        return self.words.chat(scores) if scores else None
+
+
 async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                        env: Envelope) -> AsyncIterator[str]:
     result = Reply()
     ping = state.settings.sse_ping_s or None
+    pending = _Pending(Words(state.backend.tokenizer), req.logprob_count() is not None)
     try:
         yield frame(env.chat_chunk({"role": "assistant", "content": None}))
         async for event in gen.events(ping):
@@ -115,23 +174,27 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
                 continue
             if isinstance(event, Failed):
                 state.metrics.count("requests_errors_total")
-                yield frame(_failure(event.exc).body())
+                yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
-            if isinstance(event, ContentDelta) and event.text:
-                yield frame(env.chat_chunk({"content": event.text}))
+            if isinstance(event, Logprobs):
+                pending.add(event)
+            elif isinstance(event, ContentDelta) and event.text:
+                yield frame(env.chat_chunk({"content": event.text}, logprobs=pending.chat()))
             elif isinstance(event, ReasoningDelta) and event.text:
-                yield frame(env.chat_chunk({"reasoning_content": event.text}))
+                yield frame(env.chat_chunk({"reasoning_content": event.text}, logprobs=pending.chat()))
             elif isinstance(event, (ToolCallStart, ToolCallArgs)):
                 yield frame(env.chat_chunk({"tool_calls": [tool_call_chunk(event)]}))
             elif isinstance(event, Progress) and req.return_progress:
                 yield frame(env.chat_chunk({}, diffusion_progress=state.backend.progress_body(event)))
-        if gen.timed_out:
-            state.metrics.count("requests_errors_total")
-            yield frame(_timeout_error(state).body())
+        error = _unfinished(state, gen, result)
+        if error is not None:
+            yield frame(error.body())
             return
+        if pending.scores:
+            yield frame(env.chat_chunk({}, logprobs=pending.chat()))
         state.metrics.record(result.usage, result.timings)
-        last = env.chat_chunk({}, public_reason(result.finish_reason) or "stop")
+        last = env.chat_chunk({}, result.finish_reason)
         if req.include_usage:
             yield frame(last)
             yield frame(env.usage_chunk("chat.completion.chunk", result.usage, result.timings))
@@ -140,33 +203,67 @@ async def _chat_stream(state: ServerState, gen: Generation, req: ChatRequest,
             yield frame(last)
         yield DONE_FRAME
     finally:
-        if not gen.finished.is_set():
+        if not gen.finished.is_set() and not gen.cut_by_shutdown:
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
+
+
+def _text_chunk(env: Envelope, req: CompletionRequest, words: Words, text: str, scores: list[Any],
+                offset: int) -> dict[str, Any]:
+    """One streamed completion chunk with its tokens' scores in the shapes the request asked for."""
+    body = env.text(text, None, chunk=True,
+                    logprobs=words.completion(scores, offset) if req.logprobs is not None else None)
+    if req.n_probs is not None:
+        body["completion_probabilities"] = words.llama(scores)
+    return body
+
+
+def _completion_logprobs(words: Words, req: CompletionRequest, result: Reply) -> dict[str, Any] | None:
+    """OpenAI's completions `logprobs`: the prompt's tokens first when echoed, offsets into `text`."""
+    if req.logprobs is None:
+        return None
+    prompt = words.completion(result.prompt_logprobs, 0)
+    reply = words.completion(result.logprobs, len(req.prompt) if req.echo else 0)
+    return {key: prompt[key] + reply[key] for key in prompt}
 
 
 async def _completion_stream(state: ServerState, gen: Generation, req: CompletionRequest,
                              env: Envelope) -> AsyncIterator[str]:
     result = Reply()
     ping = state.settings.sse_ping_s or None
+    words = Words(state.backend.tokenizer)
+    pending = _Pending(words, req.logprob_count() is not None)
+    offset = 0
     try:
+        if req.echo and req.logprob_count() is None:  # scored prompts are echoed with their scores
+            yield frame(env.text(str(req.prompt), None, chunk=True))
+            offset = len(str(req.prompt))
         async for event in gen.events(ping):
             if event is PING:
                 yield PING_FRAME
                 continue
             if isinstance(event, Failed):
                 state.metrics.count("requests_errors_total")
-                yield frame(_failure(event.exc).body())
+                yield frame(state.public(_failure(event.exc)).body())
                 return
             result.add(event)
-            if isinstance(event, ContentDelta) and event.text:
-                yield frame(env.text(event.text, None, chunk=True))
-        if gen.timed_out:
-            state.metrics.count("requests_errors_total")
-            yield frame(_timeout_error(state).body())
+            if isinstance(event, Logprobs) and event.prompt:
+                yield frame(_text_chunk(env, req, words, req.prompt, list(event.tokens), 0))
+                offset = len(req.prompt)
+            elif isinstance(event, Logprobs):
+                pending.add(event)
+            elif isinstance(event, ContentDelta) and event.text:
+                scores = pending.take()
+                yield frame(_text_chunk(env, req, words, event.text, scores, offset))
+                offset += text_length(words.tokenizer, scores)
+        if pending.scores:
+            yield frame(_text_chunk(env, req, words, "", pending.take(), offset))
+        error = _unfinished(state, gen, result)
+        if error is not None:
+            yield frame(error.body())
             return
         state.metrics.record(result.usage, result.timings)
-        reason = public_reason(result.finish_reason) or "stop"
+        reason = result.finish_reason
         if req.include_usage:
             yield frame(env.text("", reason, chunk=True))
             usage = env.usage_chunk("text_completion", result.usage, result.timings)
@@ -175,7 +272,7 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
             yield frame(env.text("", reason, None, result.timings, chunk=True))
         yield DONE_FRAME
     finally:
-        if not gen.finished.is_set():
+        if not gen.finished.is_set() and not gen.cut_by_shutdown:
             gen.cancel()
             state.metrics.count("requests_cancelled_total")
 
@@ -185,14 +282,19 @@ async def _completion_stream(state: ServerState, gen: Generation, req: Completio
 async def chat_completions(request: Request) -> Any:
     state = _state(request)
     req = parse_body(await request.body(), ChatRequest)
+    if req.n > 1:
+        from .llama_api import chat_choices
+
+        return await chat_choices(request, req)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.chat_job, req)
-    gen = await _start(state, job)
+    gen = await _start(request, state, job)
     env = _envelope(state, "chatcmpl-")
     if req.stream:
         return EventStreamResponse(_chat_stream(state, gen, req, env))
     result = await _collect(request, state, gen)
-    return JSONResponse(env.chat(result))
+    scores = Words(backend.tokenizer).chat(result.logprobs) if req.logprob_count() is not None else None
+    return JSONResponse(env.chat(result, scores))
 
 
 @router.post("/v1/completions")
@@ -200,9 +302,13 @@ async def chat_completions(request: Request) -> Any:
 async def completions(request: Request) -> Any:
     state = _state(request)
     req = parse_body(await request.body(), CompletionRequest)
+    if req.n > 1 or len(req.prompts) > 1:
+        from .llama_api import completion_choices
+
+        return await completion_choices(request, req)
     backend = state.require_backend()
     job = await run_in_threadpool(backend.completion_job, req)
-    gen = await _start(state, job)
+    gen = await _start(request, state, job)
     env = _envelope(state, "cmpl-")
     if req.stream:
         return EventStreamResponse(_completion_stream(state, gen, req, env))
@@ -210,7 +316,12 @@ async def completions(request: Request) -> Any:
     text = result.content
     if req.echo:
         text = req.prompt + text
-    return JSONResponse(env.text(text, public_reason(result.finish_reason), result.usage, result.timings))
+    words = Words(backend.tokenizer)
+    body = env.text(text, result.finish_reason, result.usage, result.timings,
+                    logprobs=_completion_logprobs(words, req, result))
+    if req.n_probs is not None:
+        body["completion_probabilities"] = words.llama(result.prompt_logprobs + result.logprobs)
+    return JSONResponse(body)
 
 
 @router.get("/v1/models")

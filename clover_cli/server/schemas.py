@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from .errors import bad_request, validation_message
 
@@ -20,6 +20,7 @@ MAX_JSON_DEPTH = 64  # far beyond any real request (tool schemas included); deep
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # Set by the server itself when it renders a template; passing them again would clash.
 RESERVED_TEMPLATE_KWARGS = ("add_generation_prompt", "tools", "messages")
+MAX_CHOICES = 16  # n, and prompts x n on /v1/completions
 
 
 class _Model(BaseModel):
@@ -104,7 +105,6 @@ class Sampling(_Model):
     stream: bool | None = False  # null is valid OpenAI input: not streaming
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1)
-    logprobs: bool | int | None = None
     threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     block_length: int | None = Field(default=None, ge=1, le=4096)
     decode: Literal["auto", "diffusion", "ar"] | None = None
@@ -142,16 +142,9 @@ class Sampling(_Model):
 
     @field_validator("n")
     @classmethod
-    def _single_choice(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("only n=1 is supported")
-        return v
-
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, v: bool | int | None) -> bool | int | None:
-        if v:
-            raise ValueError("log probabilities are not supported")
+    def _choices(cls, v: int) -> int:
+        if v > MAX_CHOICES:
+            raise ValueError(f"at most {MAX_CHOICES} choices (they are generated one after another)")
         return v
 
     @property
@@ -166,8 +159,13 @@ class Sampling(_Model):
         return None
 
 
+MAX_TOP_LOGPROBS = 20
+
+
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -177,6 +175,19 @@ class ChatRequest(Sampling):
     reasoning_effort: str | None = None
     think: bool | Literal["low", "medium", "high"] | None = None  # Ollama's switch (or effort level)
     thinking_budget: int | None = Field(default=None, ge=0)  # Qwen's API: thinking tokens, 0 = off
+    reasoning_budget_tokens: int | None = Field(default=None, ge=-1)  # llama-server's: -1 = no limit, 0 = off
+    reasoning_budget: int | None = Field(default=None, ge=-1)  # the same, as `--reasoning-budget` spells it
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
+            raise ValueError("needs logprobs: true")
+        return v
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token when logprobs are asked for (None: not asked)."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @field_validator("reasoning_effort")
     @classmethod
@@ -203,25 +214,53 @@ class CompletionRequest(Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     suffix: str | None = None
+    max_tokens: int | None = Field(default=None, ge=0)  # 0 with echo: the prompt's logprobs only
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    n_probs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)  # llama-server's
+
+    def logprob_count(self) -> int | None:
+        """Alternatives per token for `logprobs` or `n_probs` (None: neither asked)."""
+        counts = [v for v in (self.logprobs, self.n_probs) if v is not None]
+        return max(counts) if counts else None
 
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, v: str | list[str] | list[int] | list[list[int]]) -> str | list[int]:
-        """One prompt, as text or as token ids (OpenAI accepts both; the backend decodes ids)."""
+    def _prompts(cls, v: str | list[str] | list[int] | list[list[int]]) -> Any:
+        """A prompt as text or token ids (OpenAI accepts both; the backend decodes ids); a list of
+        several stays a list (`prompts`), answered one after another."""
         if isinstance(v, list) and v and not isinstance(v[0], int):
-            if len(v) != 1:
-                raise ValueError("exactly one prompt is supported")
-            v = v[0]
+            if len(v) > MAX_CHOICES:
+                raise ValueError(f"at most {MAX_CHOICES} prompts in one request")
+            if any(not p for p in v):
+                raise ValueError("a prompt is empty")
+            if len(v) == 1:
+                v = v[0]
         if not v:
             raise ValueError("the prompt is empty")
         return v
 
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """Every prompt of the request (one, unless a list of several was sent)."""
+        if isinstance(self.prompt, list) and self.prompt and not isinstance(self.prompt[0], int):
+            return list(self.prompt)  # type: ignore[arg-type]
+        return [self.prompt]  # type: ignore[list-item]
+
 
 class TokenizeRequest(_Model):
-    content: str
+    content: str | None = None
+    prompt: str | None = None  # vLLM's name for it
     add_special: bool = False
     parse_special: bool = True
     with_pieces: bool = False
+
+    @model_validator(mode="after")
+    def _text(self) -> TokenizeRequest:
+        if (self.content is None) == (self.prompt is None):
+            raise ValueError("send the text as content (llama-server) or prompt (vLLM)")
+        if self.content is None:
+            self.content = self.prompt
+        return self
 
 
 class DetokenizeRequest(_Model):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # Browsers on this machine only: any port on localhost, 127.0.0.1 or [::1], http or https.
 LOCAL_ORIGIN_REGEX = r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$"
@@ -36,9 +38,12 @@ class ServerSettings:
     threshold: float | None = None
     block_length: int | None = None
     verify: bool | None = None
+    reasoning_budget: int = -1  # a chat request's default: -1 thinks freely, 0 not at all, N tokens at most
     ctx_checkpoints: int = 8  # prompt-cache checkpoints per slot (--ctx-checkpoints)
     checkpoint_every: int = 2048  # and one every N tokens of a long prefill (--checkpoint-every)
     slot_save_path: str | None = None  # folder for POST /slots/{id}?action=save|restore (--slot-save-path)
+    shutdown_timeout_s: float = 5.0  # seconds running replies may finish in once shutdown begins
+    slots_verbose: bool = False  # GET /slots shows each slot's prompt text (--slots-verbose)
     shutdown_token: str | None = None
     build: str = "clover"
     extra_props: dict = field(default_factory=dict)
@@ -71,3 +76,20 @@ class ServerSettings:
         if not extra:
             return LOCAL_ORIGIN_REGEX
         return f"(?:{LOCAL_ORIGIN_REGEX})|(?:^(?:{'|'.join(extra)})$)"
+
+    def private_folders(self) -> tuple[str, ...]:
+        """This machine's folders an error body must not show (longest first): the model's and
+        --slot-save-path, as given and resolved, clover's and the model cache's, and the home and
+        temporary folders around them."""
+        from clover_runtime import paths
+
+        given = [Path(self.model_path).parent if self.model_path else None,
+                 Path(self.slot_save_path) if self.slot_save_path else None,
+                 paths.hf_cache_dir(), paths.cache_dir(), paths.data_dir(), Path.home(),
+                 Path(tempfile.gettempdir())]
+        forms: set[str] = set()
+        for folder in filter(None, given):
+            for form in (folder, folder.resolve()):
+                if form.is_absolute() and len(form.parts) > 1:
+                    forms.add(str(form))
+        return tuple(sorted(forms, key=len, reverse=True))

@@ -69,21 +69,21 @@ class Envelope:
     fingerprint: str
     created: int = field(default_factory=lambda: int(time.time()))
 
-    def chat(self, result: Reply) -> dict[str, Any]:
+    def chat(self, result: Reply, logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
             "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "message": chat_message(result), "logprobs": None,
-                         "finish_reason": public_reason(result.finish_reason)}],
+            "choices": [{"index": 0, "message": chat_message(result), "logprobs": logprobs,
+                         "finish_reason": result.finish_reason}],
             "usage": usage_body(result.usage), "timings": timings_body(result.timings),
         }
 
     def chat_chunk(self, delta: dict[str, Any], finish_reason: str | None = None,
-                   **extra: Any) -> dict[str, Any]:
+                   logprobs: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
         body = {
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
             "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}],
         }
         body.update(extra)
         return body
@@ -94,11 +94,12 @@ class Envelope:
                 "usage": usage_body(usage), "timings": timings_body(timings)}
 
     def text(self, text: str, finish_reason: str | None, usage: dict[str, Any] | None = None,
-             timings: dict[str, Any] | None = None, chunk: bool = False) -> dict[str, Any]:
+             timings: dict[str, Any] | None = None, chunk: bool = False,
+             logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id, "object": "text_completion", "created": self.created, "model": self.model,
             "system_fingerprint": self.fingerprint,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}],
         }
         if not chunk or usage is not None:
             body["usage"] = usage_body(usage)
@@ -106,9 +107,3 @@ class Envelope:
             body["timings"] = timings_body(timings)
         return body
 
-
-def public_reason(reason: str | None) -> str | None:
-    """OpenAI knows no "cancelled": a stopped generation reports where it stopped."""
-    if reason == "cancelled":
-        return "stop"
-    return reason

@@ -66,13 +66,20 @@ class SlotPool:
             if fut.done() and not fut.cancelled():
                 return fut.result()
             raise busy_error(f"timed out after {timeout:g} s waiting for a free slot; retry later") from None
-        except BaseException:
-            if fut.done() and not fut.cancelled():
+        except BaseException:  # cancelled (the client left), or refused by reject_waiters
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self.release(fut.result())
             raise
         finally:
             if fut in self._waiters and fut.done():
                 self._waiters.remove(fut)
+
+    def reject_waiters(self, error: Callable[[], BaseException]) -> None:
+        """Answer everyone in line with `error()` at once (the server is shutting down)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(error())
 
     def take(self, slot: int) -> bool:
         """Hold one given slot if it is idle (to save or restore its state); False when it is busy."""

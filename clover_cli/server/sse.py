@@ -23,6 +23,16 @@ def frame(payload: dict[str, Any] | str) -> str:
     return f"data: {data}\n\n"
 
 
+def event_frame(event: str, payload: dict[str, Any]) -> str:
+    """A named event (`event: NAME`), as Anthropic's and OpenAI Responses' streams send them."""
+    return f"event: {event}\n" + frame(payload)
+
+
+def ndjson_line(payload: dict[str, Any]) -> str:
+    """One line of a newline-delimited JSON stream (Ollama's streaming format)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
 PING_FRAME = ": ping\n\n"
 DONE_FRAME = "data: [DONE]\n\n"
 
@@ -32,8 +42,8 @@ class EventStreamResponse(StreamingResponse):
 
     media_type = "text/event-stream"
 
-    def __init__(self, content: AsyncIterator[str]) -> None:
-        super().__init__(content, media_type=self.media_type, headers=SSE_HEADERS)
+    def __init__(self, content: AsyncIterator[str], media_type: str | None = None) -> None:
+        super().__init__(content, media_type=media_type or self.media_type, headers=SSE_HEADERS)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async with anyio.create_task_group() as tg:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend import Backend
-from .errors import APIError
+from .errors import APIError, redact_paths
 from .generation import Runner
 from .metrics import Metrics
 from .settings import ServerSettings
@@ -28,6 +28,15 @@ class ServerState:
         self.loaded = threading.Event()
         self.created = int(time.time())
         self.request_exit: Callable[[], None] | None = None
+        self.private_folders = settings.private_folders()
+
+    def public(self, error: APIError) -> APIError:
+        """`error` as a client may see it: no folder of this machine in its message."""
+        message = redact_paths(error.message, self.private_folders)
+        if message == error.message:
+            return error
+        return APIError(error.status, message, type_=error.type, param=error.param, headers=error.headers,
+                        extra=error.extra)
 
     def load(self) -> None:
         """Build the chat session (slow: reads and maps the model); run in a background thread."""

@@ -21,9 +21,9 @@ from ..model_config import supports_exact_diffusion
 from . import calibration, policy
 from .auto import AutoDecode, Costs, describe
 from .constraint import Constraint
-from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent
+from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent, TokenLogprob
 from .params import DecodeParams, SamplingParams
-from .sampling import apply_penalties, pick
+from .sampling import apply_penalties, pick, token_logprob
 
 
 def resolve_mode(model: Any, params: DecodeParams) -> tuple[str, bool, str]:
@@ -101,9 +101,13 @@ def _stop_ids(model: Any, params: DecodeParams) -> frozenset[int]:
     return frozenset(int(s) for s in params.stop_ids)
 
 
-def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.random.Generator) -> int:
-    """AR's next token from one row of logits, penalised by what was generated so far."""
-    return int(pick(apply_penalties(logits[None, :], history, sp), sp, rng)[0][0])
+def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.random.Generator,
+             logprobs: int | None = None) -> tuple[int, TokenLogprob | None]:
+    """AR's next token from one row of logits, penalised by what was generated so far, and its
+    logprob under those penalised logits when `logprobs` asks (the number of alternatives)."""
+    row = apply_penalties(logits[None, :], history, sp)
+    token = int(pick(row, sp, rng)[0][0])
+    return token, (token_logprob(row[0], token, logprobs) if logprobs is not None else None)
 
 
 def _mask_leading(con: Constraint, logits: np.ndarray, block: np.ndarray, positions: np.ndarray, start: int,
@@ -151,7 +155,8 @@ def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.nda
     rng = np.random.default_rng(params.sampling.seed)
     clock = _Clock()
     yield from _ar_span(model, state, np.empty(0, dtype=np.int64), logits, params.max_tokens, Counter(),
-                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel, clock, con)
+                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel, clock, params.logprobs,
+                        con)
     stats.forwards = stats.generated_tokens  # one causal forward per token; the first one is the prefill's
     stats.ar_tokens, stats.ar_ms = stats.generated_tokens, clock.now() * 1e3
 
@@ -178,6 +183,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     cfg = model.config
     block_length = int(params.block_length or cfg.diffusion.block_length)
     verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
+    verify = verify or params.logprobs is not None  # logprobs are AR's, which only a verified commit has
     chooser = _chooser(model, params, block_length)
     if chooser is not None:
         stats.auto_note = describe(chooser.seed)
@@ -198,7 +204,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     draft_sp = policy.draft_sampling(sp, verify)
     rng = np.random.default_rng(sp.seed)
     mask = _mask_id(model, params)
-    threshold = float(params.threshold if params.threshold is not None else cfg.diffusion.threshold)
+    threshold = policy.reveal_threshold(params.threshold, cfg.diffusion.threshold, verify)
     if params.reveal_k is not None and params.reveal_k < 1:
         raise CloverError(f"reveal_k must be at least 1, got {params.reveal_k}")
     shift = cfg.diffusion.shift_logits if params.shift_logits is None else bool(params.shift_logits)
@@ -215,7 +221,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             n = min(choice.tokens, params.max_tokens - stats.generated_tokens)
             t0, n0 = clock.now(), stats.generated_tokens
             ended, carried, last_logits, block_index = yield from _ar_span(
-                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock, con)
+                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock,
+                params.logprobs, con)
             spent, added = clock.now() - t0, stats.generated_tokens - n0
             chooser.record_ar(spent, added)
             stats.ar_tokens += added
@@ -281,9 +288,11 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
                 block = policy.verified_draft(block, masked, c)
                 break
         carried = np.empty(0, dtype=np.int64)
+        scored: list[TokenLogprob] | None = None
         if verify:
-            block, last_logits, cut_at = _verified_commit(model, block, state, last_logits, before, sp, rng, stops,
-                                                           stats, start=c, con=con)
+            block, last_logits, cut_at, scored = _verified_commit(model, block, state, last_logits, before, sp, rng,
+                                                                   stops, stats, start=c, logprobs=params.logprobs,
+                                                                   con=con)
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
@@ -298,17 +307,21 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             chooser.record_block(clock.now() - t_block, stats.generated_tokens - n_block)
         stats.diffusion_tokens += stats.generated_tokens - n_block
         stats.diffusion_ms += (clock.now() - t_block) * 1e3
-        yield from _emit(clock, BlockEvent(block_index, tuple(int(t) for t in final[c:])))
+        kept = tuple(scored[:len(final) - c]) if scored is not None else None
+        yield from _emit(clock, BlockEvent(block_index, tuple(int(t) for t in final[c:]), kept))
         block_index += 1
         if cut is not None:
             stats.finish_reason = "stop"
             stats.stop_token = int(block[cut])
+            if scored is not None and len(scored) > cut - c:
+                stats.stop_logprob = scored[cut - c]
             return
 
 
 def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n: int, history: Counter,
              sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
-             block_index: int, cancel: threading.Event | None, clock: _Clock, con: Constraint | None = None,
+             block_index: int, cancel: threading.Event | None, clock: _Clock, logprobs: int | None = None,
+             con: Constraint | None = None,
              ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
     """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and the AR spans of
     `--decode auto`, where a cut block's kept tokens (`pending`, already emitted) are committed
@@ -329,10 +342,10 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         if cancel is not None and cancel.is_set():
             stats.finish_reason = "cancelled"
             return True, carried, logits, block_index
-        token = _ar_pick(logits if con is None else con.mask(logits, stops), history, sp, rng)
+        token, scored = _ar_pick(logits if con is None else con.mask(logits, stops), history, sp, rng, logprobs)
         if token in stops:
             stats.finish_reason = "stop"
-            stats.stop_token = token
+            stats.stop_token, stats.stop_logprob = token, scored
             return True, carried[:0], logits, block_index
         if con is not None:
             con.advance(token)
@@ -340,7 +353,7 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         stats.generated_tokens += 1
         stats.blocks += 1
         stats.passes += 1
-        yield from _emit(clock, BlockEvent(block_index, (token,)))
+        yield from _emit(clock, BlockEvent(block_index, (token,), None if scored is None else (scored,)))
         block_index += 1
         carried = np.array([token], dtype=np.int64)
     return False, carried, logits, block_index
@@ -348,35 +361,43 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
 
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
-                     stats: GenerationStats, start: int = 0,
-                     con: Constraint | None = None) -> tuple[np.ndarray, Any, int | None]:
+                     stats: GenerationStats, start: int = 0, logprobs: int | None = None,
+                     con: Constraint | None = None,
+                     ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix AR
     accepts plus AR's own token where it first refuses (`policy.verify_commits`, `policy.accept_draft`).
 
     Returns (tokens, logits, cut). Without a cut: the block, committed, and the logits that predict
     the next position (None after a stop). At a cut: the kept tokens and AR's one, the state
     returned to the block's start and the logits unchanged, so the next block starts with them
-    known (no forward of its own). The first `start` tokens are AR's already. A grammar (`con`)
-    masks AR's logits at each position and takes each kept token."""
+    known (no forward of its own). The first `start` tokens are AR's already. With `logprobs`, the
+    fourth item scores each token from `start` on (a stop token included) under AR's penalised
+    logits at its position: the distribution the commit accepted or drew it from. A grammar
+    (`con`) masks AR's logits at each position (logprobs are then the masked distribution's) and
+    takes each kept token."""
     cut = policy.first_stop(block.tolist(), stops)
     n = len(block) if cut is None else cut + 1
     snapshot = state.copy()
     rows = model.forward(block[:n], state)
     stats.forwards += 1
     seen = history + Counter(int(t) for t in block[:start])
+    scored: list[TokenLogprob] | None = [] if logprobs is not None else None
     for i in range(start, n):
         logits = last_logits if i == 0 else rows[i - 1]
         if con is not None:
             logits = con.mask(logits, stops)
-        token = policy.accept_draft(apply_penalties(logits[None, :], seen, sp)[0], int(block[i]), sp, rng)
+        row = apply_penalties(logits[None, :], seen, sp)[0]
+        token = policy.accept_draft(row, int(block[i]), sp, rng)
+        if scored is not None:
+            scored.append(token_logprob(row, token, logprobs))
         if con is not None and token not in stops:
             con.advance(token)
         if token != int(block[i]):
             stats.corrections += 1
             model.restore(state, snapshot)
-            return np.append(block[:i], token), (None if token in stops else last_logits), i
+            return np.append(block[:i], token), (None if token in stops else last_logits), i, scored
         seen[token] += 1
     if cut is not None:
         model.restore(state, snapshot)
-        return block[:n], None, None
-    return block, rows[-1], None
+        return block[:n], None, None, scored
+    return block, rows[-1], None, scored

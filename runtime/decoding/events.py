@@ -18,11 +18,24 @@ class PassEvent:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """A committed token's log-probability and the `top` most likely tokens at its position, from
+    the distribution it was chosen from (log-softmax of the penalised logits, before temperature)."""
+
+    logprob: float
+    top_ids: tuple[int, ...] = ()
+    top_logprobs: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
 class BlockEvent:
-    """A block is final (committed, or cut at a stop token); its ids will never change."""
+    """A block is final (committed, or cut at a stop token); its ids will never change.
+    `logprobs` (one per token) only when `DecodeParams.logprobs` asked for them; a token the
+    decoder did not choose (a reasoning budget's forced `</think>`) has none."""
 
     block: int
     token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass
@@ -41,6 +54,7 @@ class GenerationStats:
     exact: bool = True
     reason: str = ""
     stop_token: int | None = None
+    stop_logprob: TokenLogprob | None = None  # the stop token's score, when logprobs were asked for
     ar_tokens: int = 0  # tokens AR wrote (`--decode ar`, and auto's AR spans)
     ar_ms: float = 0.0
     diffusion_tokens: int = 0  # tokens diffusion blocks committed

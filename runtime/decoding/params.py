@@ -43,6 +43,7 @@ class DecodeParams:
     stop: list[str] | str | None = None  # stop strings, applied to text by the chat session
     reasoning_budget: int | None = None  # thinking tokens before the chat session writes `</think>`
     grammar: Grammar | None = None  # constrained decoding: every token keeps this grammar valid
+    logprobs: int | None = None  # per token: its logprob and this many top alternatives (None: no work)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
     def stop_strings(self) -> list[str]:

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 
+from .events import TokenLogprob
 from .params import SamplingParams
 
 
@@ -37,6 +38,26 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     m = np.max(x, axis=-1, keepdims=True)
     e = np.exp(x - m)
     return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Log-probabilities of each row (float64, so tiny probabilities keep their digits)."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def token_logprob(logits: np.ndarray, token: int, k: int) -> TokenLogprob:
+    """The logprob of `token` and the `k` most likely tokens (ties: lower id first) under one row
+    of penalised logits: the distribution the token was chosen from, before temperature and the
+    top-k/top-p/min-p cut (as llama-server's n_probs and OpenAI's logprobs report it)."""
+    lp = log_softmax(np.asarray(logits).reshape(-1))
+    if k <= 0:
+        return TokenLogprob(float(lp[token]))
+    k = min(k, lp.size)
+    top = np.argpartition(-lp, k - 1)[:k]
+    top = top[np.lexsort((top, -lp[top]))]
+    return TokenLogprob(float(lp[token]), tuple(int(t) for t in top), tuple(float(lp[t]) for t in top))
 
 
 def candidates(logits: np.ndarray, p: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
