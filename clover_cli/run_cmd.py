@@ -59,6 +59,14 @@ def command(
     reasoning_budget: int = typer.Option(-1, "--reasoning-budget",
                                          help="As llama.cpp: -1 lets the model reason, 0 turns reasoning off.",
                                          envvar=_E + "REASONING_BUDGET"),
+    grammar: str | None = typer.Option(None, "--grammar", help="Constrain replies to this GBNF (or Lark) grammar.",
+                                       envvar=_E + "GRAMMAR"),
+    grammar_file: Path | None = typer.Option(None, "--grammar-file", help="Read the --grammar from a file."),
+    json_schema: str | None = typer.Option(None, "-j", "--json-schema",
+                                           help="Constrain replies to JSON valid under this schema "
+                                                "(e.g. '{}' for any JSON object)."),
+    json_schema_file: Path | None = typer.Option(None, "-jf", "--json-schema-file",
+                                                 help="Read the --json-schema from a file."),
     visual: bool = typer.Option(False, "--visual", help="Show each block resolving live."),
     as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
     show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
@@ -123,6 +131,9 @@ def command(
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
                         backend=backend, defaults=params, exact_kernels=exact_kernels, offload=offload)
     compile_first_run(session.model)
+    constraint = _constraint(session, grammar, grammar_file, json_schema, json_schema_file)
+    if constraint is not None:  # the grammar starts at the reply's first token: no reasoning
+        params, think = replace(params, grammar=constraint), False
     cache = session.new_cache(max_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
     banner = _banner(session, prep, params)
     if session.template.is_fallback:
@@ -138,6 +149,34 @@ def command(
         raise typer.Exit(code)
     _answer_once(session, params, text, system=system, think=think, as_json=as_json, show_timings=show_timings,
                  banner=banner, cache=cache if prompt_cache is not None else None, cache_file=prompt_cache)
+
+
+def _constraint(session, grammar: str | None, grammar_file: Path | None, json_schema: str | None,  # noqa: ANN001
+                json_schema_file: Path | None):  # noqa: ANN202 - a Grammar, or None
+    """The reply constraint the flags ask for (as llama-cli: at most one of them), compiled for the
+    model's tokenizer; a bad grammar or schema is one line naming the flag."""
+    from clover_runtime.decoding.constraint import GrammarError
+    from clover_runtime.errors import CloverError
+
+    given = [(flag, kind, value, path) for flag, kind, value, path in (
+        ("--grammar", "gbnf", grammar, None), ("--grammar-file", "gbnf", None, grammar_file),
+        ("--json-schema", "json_schema", json_schema, None),
+        ("--json-schema-file", "json_schema", None, json_schema_file),
+    ) if value is not None or path is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise CloverError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
+    flag, kind, text, path = given[0]
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CloverError(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return session.compile_grammar(kind, text)
+    except GrammarError as exc:
+        raise CloverError(f"{flag}: {exc.message}") from None
 
 
 def _complete(incomplete: str) -> list[str]:

@@ -19,12 +19,13 @@ from typing import Any
 
 from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, PassEvent, generate, token_logprob
+from .decoding.constraint import Grammar, compile_grammar
 from .errors import ContextLengthError
 from .offload import OffloadRequest
 from .output_parser import OutputParser
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
-from .reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore
+from .reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
 from .stops import AnswerStops, StopStrings
 from .tokenizer import Tokenizer
 
@@ -35,13 +36,16 @@ class PreparedPrompt:
     choice compares and what generation prefills are the same `ids`.
 
     `tools` are those the prompt offers (narrowed by `tool_choice`); `chat` is False for a raw
-    completion, which is neither parsed nor given a reasoning budget."""
+    completion, which is neither parsed nor given a reasoning budget. `grammar` constrains the
+    reply (a forced tool call); `single_call` returns at most one tool call."""
 
     text: str
     ids: list[int]
     tools: list[dict[str, Any]] | None = None
     parse_tool_calls: bool = True
     chat: bool = True
+    grammar: Grammar | None = None
+    single_call: bool = False
 
 
 MASK_GLYPH = "·"
@@ -155,20 +159,34 @@ class ChatSession:
                            boundary_next=self.tokenizer.encode("assistant"))
 
     # -- generation -------------------------------------------------------------------------------
+    def compile_grammar(self, kind: str, spec: str | Mapping[str, Any]) -> Grammar:
+        """A grammar (`json_schema`, `lark`, `gbnf` or `regex`) for this model's tokenizer, to pass as
+        `DecodeParams.grammar`; GrammarError when it is invalid."""
+        return compile_grammar(self.tokenizer, kind, dict(spec) if isinstance(spec, Mapping) else spec)
+
     def prepare(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
-                tool_choice: Any = "auto", chat_template_kwargs: Mapping[str, Any] | None = None) -> PreparedPrompt:
+                tool_choice: Any = "auto", chat_template_kwargs: Mapping[str, Any] | None = None,
+                parallel_tool_calls: bool = True) -> PreparedPrompt:
         """Render and tokenize a chat prompt once. `tool_choice` "none" offers no tools and leaves
         `<tool_call>` text as content; a named function (`{"function": {"name": ...}}`) offers only
-        that tool. Raises TemplateError when the template fails."""
+        that tool. "required" and a named function constrain the reply to a call (thinking off:
+        the grammar starts at the reply's first token). Raises TemplateError when the template fails."""
+        from .tool_grammar import tool_call_lark
+
         offered = [dict(t) for t in tools or []]
         if tool_choice == "none":
             offered = []
         elif isinstance(tool_choice, Mapping):
             wanted = tool_choice.get("function", {}).get("name")
             offered = [t for t in offered if t.get("function", {}).get("name") == wanted]
+        grammar = None
+        if offered and (tool_choice == "required" or isinstance(tool_choice, Mapping)):
+            grammar = self.compile_grammar("lark", tool_call_lark(offered, parallel=parallel_tool_calls))
+            chat_template_kwargs = {**(chat_template_kwargs or {}), "enable_thinking": False}
         text = self.render(messages, tools=offered or None, chat_template_kwargs=chat_template_kwargs)
         return PreparedPrompt(text, list(self.tokenizer.encode(text)), offered or None,
-                              parse_tool_calls=tool_choice != "none")
+                              parse_tool_calls=tool_choice != "none", grammar=grammar,
+                              single_call=not parallel_tool_calls)
 
     def prepare_text(self, prompt: str) -> PreparedPrompt:
         """Tokenize a raw completion prompt once (no template, no parsing)."""
@@ -223,6 +241,8 @@ class ChatSession:
         `score_prompt` first sends the prompt's own logprobs (`score`) with that many alternatives;
         `params.max_tokens` 0 then generates nothing."""
         p = self._params(params)
+        if prompt.grammar is not None:
+            p = replace(p, grammar=prompt.grammar)
         ids = prompt.ids
         self._check(ids)
         if score_prompt is not None:
@@ -261,7 +281,13 @@ class ChatSession:
         def emit(text: str) -> list[ReplyEvent]:
             if not text:
                 return []
-            return [ContentDelta(text)] if parser is None else parser.feed(text)
+            return [ContentDelta(text)] if parser is None else calls(parser.feed(text))
+
+        def calls(events: list[Any]) -> list[Any]:
+            """`parallel_tool_calls: false`: calls after the first are dropped."""
+            if not prompt.single_call:
+                return events
+            return [e for e in events if not (isinstance(e, (ToolCallStart, ToolCallArgs)) and e.index > 0)]
 
         halt = _Halt(cancel)
         try:
@@ -299,7 +325,7 @@ class ChatSession:
                     yield Logprobs((_as_score(stats.stop_token, stats.stop_logprob),))  # as OpenAI's <|endoftext|>
             yield from emit(stops.feed(decoder.flush()) + stops.flush())
         if parser is not None:
-            yield from parser.finish()
+            yield from calls(parser.finish())
         assert stats is not None
         if cache is not None:
             stats.prompt_tokens += len(ids) - 1 - int(cached)

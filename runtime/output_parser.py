@@ -35,6 +35,7 @@ _NAME_RE = re.compile(r"[^\s{}<>\"']*")
 _MAX_NAME = 200
 _PENDING = object()  # "cannot decide before more text arrives"
 _JUNK = object()
+_OFFERED = object()  # "a call to an offered tool: parse it"
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -403,20 +404,25 @@ class OutputParser:
             return None
         return self._malformed(text, c, final, snap, "no <function=NAME>")
 
-    def _malformed(self, text: str, c: int, final: bool, snap: _Snapshot, why: str) -> int | None:
+    def _malformed(self, text: str, c: int, final: bool, snap: _Snapshot, why: str, *,
+                   message: str | None = None) -> int | None:
         """A block that is not a call: reported, and its text kept as content."""
         close = text.find(CALL_CLOSE, c + len(CALL_OPEN))
         if close < 0 and not final:
             return None
         end = close + len(CALL_CLOSE) if close >= 0 else len(text)
         raw = text[c:end]
-        snap.errors.append(f"malformed tool call ({why}): {raw[:120]!r}")
+        snap.errors.append(message or f"malformed tool call ({why}): {raw[:120]!r}")
         snap.content(raw)
         return end
 
-    def _unknown(self, name: str, snap: _Snapshot) -> None:
-        if self.tools and name not in self.schemas:
-            snap.errors.append(f"the model called an unknown function {name!r}")
+    def _unknown(self, text: str, c: int, final: bool, snap: _Snapshot, name: str) -> Any:
+        """A call to a function the request did not offer is no tool call: its text stays content
+        (and is reported). `_OFFERED` when the name is one of the offered tools."""
+        if not self.tools or name in self.schemas:
+            return _OFFERED
+        return self._malformed(text, c, final, snap, "", message=f"the model called an unknown function {name!r}; "
+                               "its text is kept as content")
 
     def _json_call(self, text: str, c: int, q: int, final: bool, snap: _Snapshot) -> int | None:
         """The older form: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`."""
@@ -434,7 +440,9 @@ class OutputParser:
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return self._malformed(text, c, final, snap, "not a JSON object with a name and arguments")
-        self._unknown(name, snap)
+        unknown = self._unknown(text, c, final, snap, name)
+        if unknown is not _OFFERED:
+            return unknown
         snap.call(name, [_dumps(args)])
         if close < 0:
             snap.errors.append(f"tool call {snap.n_calls - 1} ({name}) has no </tool_call>")
@@ -451,7 +459,9 @@ class OutputParser:
         name = text[n0:gt]
         if not _name_ok(name):
             return self._malformed(text, c, final, snap, f"bad function name {name[:40]!r}")
-        self._unknown(name, snap)
+        unknown = self._unknown(text, c, final, snap, name)
+        if unknown is not _OFFERED:
+            return unknown
         call = snap.call(name, ["{"])
         props = self.schemas.get(name)
         used: list[str] = []

@@ -100,11 +100,12 @@ def test_old_json_form() -> None:
     _split_equal(OLD_JSON, False)
 
 
-def test_unknown_function_is_reported_and_kept() -> None:
+def test_unknown_function_is_reported_and_kept_as_content() -> None:
+    """A call to a tool the request did not offer never reaches the client as a tool call."""
     text = "<tool_call>\n<function=launch>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
     out = parse_full(text, TOOLS)
-    assert out.errors == ["the model called an unknown function 'launch'"]
-    assert [(c["function"]["name"], c["function"]["arguments"]) for c in out.tool_calls] == [("launch", '{"x": "1"}')]
+    assert out.errors == ["the model called an unknown function 'launch'; its text is kept as content"]
+    assert out.tool_calls == [] and out.content == text
     assert parse_full(text, None).errors == []  # without tools nothing is unknown
     _split_equal(text, False)
 

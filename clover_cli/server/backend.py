@@ -85,7 +85,8 @@ def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 
 def with_json_hint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`response_format: json_object` as an instruction in the system turn (there is no grammar)."""
+    """`response_format: json_object` also as an instruction in the system turn: the grammar makes
+    the reply JSON, the hint lets the model know it is writing JSON."""
     if messages[0]["role"] == "system":
         first = messages[0]
         text = f"{first.get('content') or ''}\n\n{JSON_OBJECT_HINT}".strip()
@@ -125,6 +126,25 @@ def thinking(req: ChatRequest, default_budget: int = -1) -> tuple[dict[str, Any]
     if budget == 0 and given is None:
         return kwargs, None  # effort "none" overruled by a switch that turned thinking on
     return kwargs, budget
+
+
+def grammar_request(req: Sampling) -> tuple[str, Any, str] | None:
+    """(kind, spec, field) of the constraint a request asks for, or None: `response_format`
+    (json_object, json_schema), else llama-server's `json_schema`, else its `grammar` (GBNF)."""
+    rf = getattr(req, "response_format", None)
+    if rf is not None and rf.type == "json_schema":
+        field = "response_format.json_schema.schema"
+        if rf.json_schema is None or rf.json_schema.schema_ is None:
+            raise bad_request(f"{field}: missing; json_schema needs a schema", field)
+        return "json_schema", rf.json_schema.schema_, field
+    if rf is not None and rf.type == "json_object":
+        schema = rf.schema_ if rf.schema_ is not None else {"type": "object"}
+        return "json_schema", schema, "response_format.schema" if rf.schema_ is not None else "response_format"
+    if req.json_schema is not None:
+        return "json_schema", req.json_schema, "json_schema"
+    if req.grammar:
+        return "gbnf", req.grammar, "grammar"
+    return None
 
 
 def tool_dicts(tools: list[Tool] | None) -> list[dict[str, Any]] | None:
@@ -191,7 +211,7 @@ class Backend:
             **_drop_none(decode=req.decode or s.decode, block_length=req.block_length or s.block_length,
                          threshold=req.threshold or s.threshold, max_tokens=req.token_limit(),
                          stop=req.stop, verify=s.verify if req.verify is None else req.verify),
-            sampling=sampling, logprobs=req.logprob_count())
+            sampling=sampling, logprobs=req.logprob_count(), grammar=self._grammar(req))
 
     @property
     def n_ctx(self) -> int:
@@ -278,19 +298,36 @@ class Backend:
         if tools and choice != "none" and not self.template.supports_tools:
             raise bad_request("tools: this model's chat template has no tool support; "
                               "pass --chat-template-file with one that has", "tools")
-        if req.response_format is not None and req.response_format.type == "json_schema":
-            raise bad_request("response_format: json_schema is not supported; use json_object",
-                              "response_format.type")
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
+        params = self._params(req)
         kwargs, budget = thinking(req, self.settings.reasoning_budget)
+        if params.grammar is not None:  # the grammar starts at the reply's first token: no reasoning
+            kwargs, budget = {**kwargs, "enable_thinking": False}, None
+        from clover_runtime.decoding.constraint import GrammarError
         from clover_runtime.errors import TemplateError
 
         try:  # rendered and tokenized once: the context check, slot choice and generation share these ids
-            prompt = self.session.prepare(messages, tools=tools, tool_choice=choice, chat_template_kwargs=kwargs)
+            prompt = self.session.prepare(messages, tools=tools, tool_choice=choice, chat_template_kwargs=kwargs,
+                                          parallel_tool_calls=req.parallel_tool_calls is not False)
         except TemplateError as exc:
             raise template_error(exc) from None
-        return self._job(prompt, replace(self._params(req), reasoning_budget=budget), req.cache_prompt, "messages")
+        except GrammarError as exc:  # a forced call whose tool schema the grammar cannot express
+            raise bad_request(f"tools: cannot enforce tool_choice with these schemas: {exc.message}", "tools") from None
+        return self._job(prompt, replace(params, reasoning_budget=budget), req.cache_prompt, "messages")
+
+    def _grammar(self, req: Sampling) -> Any:
+        """The request's compiled constraint, or None; a 400 naming the field when it is invalid."""
+        from clover_runtime.decoding.constraint import GrammarError
+
+        asked = grammar_request(req)
+        if asked is None:
+            return None
+        kind, spec, field = asked
+        try:
+            return self.session.compile_grammar(kind, spec)
+        except GrammarError as exc:
+            raise bad_request(f"{field}: {exc.message}", field) from None
 
     def prompt_text(self, req: CompletionRequest) -> str:
         """The prompt as text: token ids (OpenAI's other prompt form) are checked and decoded."""

@@ -72,9 +72,18 @@ class StreamOptions(_Model):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Model):
+    """OpenAI's `response_format.json_schema`: the schema under `schema` (`strict` is always honoured)."""
+
+    name: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
 class ResponseFormat(_Model):
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")  # llama-server: json_object + schema
 
 
 class Sampling(_Model):
@@ -102,6 +111,8 @@ class Sampling(_Model):
     verify: bool | None = None  # diffusion: the commit checks each block against greedy AR
     return_progress: bool = False
     logit_bias: dict[str, float] | None = None
+    json_schema: dict[str, Any] | None = None  # llama-server: constrain the reply to this JSON schema
+    grammar: str | None = None  # llama-server: constrain the reply to this GBNF (or Lark) grammar
 
     @field_validator("temperature")
     @classmethod

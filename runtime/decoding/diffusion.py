@@ -20,6 +20,7 @@ from ..errors import CloverError, ContextLengthError
 from ..model_config import supports_exact_diffusion
 from . import calibration, policy
 from .auto import AutoDecode, Costs, describe
+from .constraint import Constraint
 from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent, TokenLogprob
 from .params import DecodeParams, SamplingParams
 from .sampling import apply_penalties, pick, token_logprob
@@ -37,8 +38,11 @@ def resolve_mode(model: Any, params: DecodeParams) -> tuple[str, bool, str]:
 def _auto(params: DecodeParams) -> bool:
     """Whether `--decode auto` chooses block by block: under verified commits, where both modes
     write the same text, and without a fixed reveal count (`bench --reveal-k`)."""
-    verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
-    return params.decode == "auto" and verify and params.reveal_k is None
+    return params.decode == "auto" and _verified(params) and params.reveal_k is None
+
+
+def _verified(params: DecodeParams) -> bool:
+    return policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
 
 
 def _mask_id(model: Any, params: DecodeParams) -> int:
@@ -63,13 +67,16 @@ def generate(model: Any, prompt_ids: Sequence[int], params: DecodeParams, *, sta
         state = model.new_state(min(limit, len(prompt) + max(params.max_tokens, 1)))
     elif len(prompt) >= state.remaining:
         raise ContextLengthError(state.n_past + len(prompt) + 1, state.n_ctx)
+    con = params.grammar.start() if params.grammar is not None else None
+    if con is not None and mode == "diffusion" and not _verified(params):
+        mode, reason = "ar", "a grammar needs verified commits: unchecked blocks decode as AR"
     stats = GenerationStats(prompt_tokens=len(prompt), decode_mode=mode, exact=exact, reason=reason)
     t0 = time.perf_counter()
     last_logits = model.forward(prompt, state, last_only=True)[0]
     stats.prompt_ms = (time.perf_counter() - t0) * 1e3
     run = _diffusion if mode == "diffusion" else _autoregressive
     t1 = time.perf_counter()
-    yield from run(model, params, state, last_logits, stats, cancel)
+    yield from run(model, params, state, last_logits, stats, cancel, con)
     stats.gen_ms = (time.perf_counter() - t1) * 1e3
     if stats.experts_history:
         stats.experts_per_pass = float(np.mean(stats.experts_history))
@@ -103,6 +110,19 @@ def _ar_pick(logits: np.ndarray, history: Counter, sp: SamplingParams, rng: np.r
     return token, (token_logprob(row[0], token, logprobs) if logprobs is not None else None)
 
 
+def _mask_leading(con: Constraint, logits: np.ndarray, block: np.ndarray, positions: np.ndarray, start: int,
+                  stops: frozenset[int]) -> None:
+    """Mask the preview's row for its first masked position in place, when everything before it
+    in the block is revealed and the grammar accepts it: the cheap part of constraining a draft
+    (the verified commit enforces the rest)."""
+    prefix = [int(t) for t in block[start:positions[0]]]
+    if any(t in stops for t in prefix):
+        return
+    ahead = con.fork() if prefix else con
+    if ahead.try_advance(prefix) == len(prefix):
+        logits[0] = ahead.mask(logits[0], stops)
+
+
 class _Clock:
     """Seconds of decoding work, paused while the consumer handles an event (printing, streaming),
     so `--decode auto` compares the modes' own costs."""
@@ -130,12 +150,13 @@ def _emit(clock: _Clock, event: Any) -> Generator[Any, None, None]:
 
 
 def _autoregressive(model: Any, params: DecodeParams, state: Any, logits: np.ndarray, stats: GenerationStats,
-                    cancel: threading.Event | None) -> Iterator[Any]:
+                    cancel: threading.Event | None, con: Constraint | None = None) -> Iterator[Any]:
     stats.finish_reason = "length"
     rng = np.random.default_rng(params.sampling.seed)
     clock = _Clock()
     yield from _ar_span(model, state, np.empty(0, dtype=np.int64), logits, params.max_tokens, Counter(),
-                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel, clock, params.logprobs)
+                        params.sampling, rng, _stop_ids(model, params), stats, 0, cancel, clock, params.logprobs,
+                        con)
     stats.forwards = stats.generated_tokens  # one causal forward per token; the first one is the prefill's
     stats.ar_tokens, stats.ar_ms = stats.generated_tokens, clock.now() * 1e3
 
@@ -158,7 +179,7 @@ def _remember(model: Any, chooser: AutoDecode | None) -> None:
 
 
 def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
-               cancel: threading.Event | None) -> Iterator[Any]:
+               cancel: threading.Event | None, con: Constraint | None = None) -> Iterator[Any]:
     cfg = model.config
     block_length = int(params.block_length or cfg.diffusion.block_length)
     verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
@@ -167,14 +188,17 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     if chooser is not None:
         stats.auto_note = describe(chooser.seed)
     try:
-        yield from _blocks(model, params, state, last_logits, stats, cancel, block_length, verify, chooser)
+        yield from _blocks(model, params, state, last_logits, stats, cancel, block_length, verify, chooser, con)
     finally:
         _remember(model, chooser)
 
 
 def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
             cancel: threading.Event | None, block_length: int, verify: bool,
-            chooser: AutoDecode | None) -> Iterator[Any]:
+            chooser: AutoDecode | None, con: Constraint | None = None) -> Iterator[Any]:
+    """Blocks of diffusion (and `--decode auto`'s AR spans). With a grammar (`con`, only under
+    verified commits) the commit checks each position against AR's masked logits, so the block
+    keeps exactly what constrained AR writes; the preview masks its leftmost open position."""
     cfg = model.config
     sp = params.sampling
     draft_sp = policy.draft_sampling(sp, verify)
@@ -198,7 +222,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             t0, n0 = clock.now(), stats.generated_tokens
             ended, carried, last_logits, block_index = yield from _ar_span(
                 model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock,
-                params.logprobs)
+                params.logprobs, con)
             spent, added = clock.now() - t0, stats.generated_tokens - n0
             chooser.record_ar(spent, added)
             stats.ar_tokens += added
@@ -244,6 +268,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             passes += 1
             logits = np.concatenate(parts, axis=0)  # always a fresh array: last_logits is reused
             policy.exclude_mask_candidates(logits, mask)
+            if con is not None:
+                _mask_leading(con, logits, block, positions, c, stops)
             tokens, probs = pick(apply_penalties(logits, history, sp), draft_sp, rng)
             last_pass = passes >= max_passes
             if last_pass:
@@ -265,7 +291,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         scored: list[TokenLogprob] | None = None
         if verify:
             block, last_logits, cut_at, scored = _verified_commit(model, block, state, last_logits, before, sp, rng,
-                                                                   stops, stats, start=c, logprobs=params.logprobs)
+                                                                   stops, stats, start=c, logprobs=params.logprobs,
+                                                                   con=con)
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
@@ -294,11 +321,12 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
 def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n: int, history: Counter,
              sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
              block_index: int, cancel: threading.Event | None, clock: _Clock, logprobs: int | None = None,
+             con: Constraint | None = None,
              ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
     """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and the AR spans of
     `--decode auto`, where a cut block's kept tokens (`pending`, already emitted) are committed
     first. Returns (ended, carried, logits, next block index): the last token is left uncommitted,
-    as a cut block's are, with the logits it was picked from."""
+    as a cut block's are, with the logits it was picked from. A grammar (`con`) masks each pick."""
     if len(pending):
         if len(pending) >= state.remaining:
             return True, pending, logits, block_index
@@ -314,11 +342,13 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         if cancel is not None and cancel.is_set():
             stats.finish_reason = "cancelled"
             return True, carried, logits, block_index
-        token, scored = _ar_pick(logits, history, sp, rng, logprobs)
+        token, scored = _ar_pick(logits if con is None else con.mask(logits, stops), history, sp, rng, logprobs)
         if token in stops:
             stats.finish_reason = "stop"
             stats.stop_token, stats.stop_logprob = token, scored
             return True, carried[:0], logits, block_index
+        if con is not None:
+            con.advance(token)
         history[token] += 1
         stats.generated_tokens += 1
         stats.blocks += 1
@@ -332,6 +362,7 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
                      stats: GenerationStats, start: int = 0, logprobs: int | None = None,
+                     con: Constraint | None = None,
                      ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix AR
     accepts plus AR's own token where it first refuses (`policy.verify_commits`, `policy.accept_draft`).
@@ -341,7 +372,9 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     returned to the block's start and the logits unchanged, so the next block starts with them
     known (no forward of its own). The first `start` tokens are AR's already. With `logprobs`, the
     fourth item scores each token from `start` on (a stop token included) under AR's penalised
-    logits at its position: the distribution the commit accepted or drew it from."""
+    logits at its position: the distribution the commit accepted or drew it from. A grammar
+    (`con`) masks AR's logits at each position (logprobs are then the masked distribution's) and
+    takes each kept token."""
     cut = policy.first_stop(block.tolist(), stops)
     n = len(block) if cut is None else cut + 1
     snapshot = state.copy()
@@ -351,10 +384,14 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     scored: list[TokenLogprob] | None = [] if logprobs is not None else None
     for i in range(start, n):
         logits = last_logits if i == 0 else rows[i - 1]
+        if con is not None:
+            logits = con.mask(logits, stops)
         row = apply_penalties(logits[None, :], seen, sp)[0]
         token = policy.accept_draft(row, int(block[i]), sp, rng)
         if scored is not None:
             scored.append(token_logprob(row, token, logprobs))
+        if con is not None and token not in stops:
+            con.advance(token)
         if token != int(block[i]):
             stats.corrections += 1
             model.restore(state, snapshot)

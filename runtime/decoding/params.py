@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .constraint import Grammar
 
 
 @dataclass
@@ -38,6 +42,7 @@ class DecodeParams:
     stop_ids: frozenset[int] = frozenset()
     stop: list[str] | str | None = None  # stop strings, applied to text by the chat session
     reasoning_budget: int | None = None  # thinking tokens before the chat session writes `</think>`
+    grammar: Grammar | None = None  # constrained decoding: every token keeps this grammar valid
     logprobs: int | None = None  # per token: its logprob and this many top alternatives (None: no work)
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
