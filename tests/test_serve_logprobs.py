@@ -140,7 +140,7 @@ def test_completions_logprobs_streamed_and_not(server, session):
                                             logprobs=5, stream=True))
     tokens = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.tokens]
     values = [v for c in chunks if c.choices and c.choices[0].logprobs for v in c.choices[0].logprobs.token_logprobs]
-    assert tokens == lp.tokens and values == lp.token_logprobs
+    assert tokens == lp.tokens and values == pytest.approx(lp.token_logprobs, abs=1e-5)  # a cached prompt: round-off
 
 
 def test_echo_with_max_tokens_0_scores_the_prompt(server, session):
