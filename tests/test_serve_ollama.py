@@ -89,10 +89,10 @@ def test_501s_and_errors_are_ollama_shaped(client, server):
     with pytest.raises(ollama.ResponseError) as info:
         client.embed(model="tool-model", input="hi")
     assert info.value.status_code == 501 and "embeddings are not supported" in info.value.error
-    with pytest.raises(ollama.ResponseError) as info:
-        client.chat(model="tool-model", messages=ASK, format={"type": "object"}, stream=False)
-    assert info.value.status_code == 501 and "constrained decoding" in info.value.error
     with httpx.Client(base_url=server.base_url) as c:
+        r = c.post("/api/chat", headers={"x-api-key": KEY},  # the ollama client refuses this format itself
+                   json={"model": "tool-model", "messages": ASK, "format": "yaml", "stream": False})
+        assert r.status_code == 400 and r.json()["error"].startswith("format:")
         r = c.post("/api/chat", json={"model": "tool-model", "messages": ASK})
         assert r.status_code == 401 and r.json() == {"error": "Invalid API Key"}
         r = c.post("/api/chat", headers={"x-api-key": KEY}, json={"messages": ASK})
@@ -118,3 +118,11 @@ def test_demo_model_weather_round_trip():
                                  options={"num_predict": 64}))
     assert "".join(p.message.content for p in parts) == "It is 18 °C and sunny in Paris."
     assert parts[-1].done
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                               "temp_c": {"type": "integer", "minimum": -60, "maximum": 60}},
+              "required": ["city", "temp_c"], "additionalProperties": False}
+    with h.demo_server() as live:  # format as a JSON schema: the constrained decoder writes valid JSON
+        shaped = ollama.Client(host=live.base_url, timeout=120).chat(
+            model="demo", messages=ask, format=schema, think=False, stream=False, options={"num_predict": 64})
+    reply = json.loads(shaped.message.content)
+    assert set(reply) == {"city", "temp_c"} and isinstance(reply["temp_c"], int) and len(reply["city"]) <= 16

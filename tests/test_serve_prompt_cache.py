@@ -95,7 +95,7 @@ def test_agent_loop_prefills_only_what_is_new(server) -> None:  # noqa: ANN001
     for i in (1, 2):  # the restore lands at the last message boundary before the prompts diverge
         want = _reusable(ids[i - 1], ids[i], boundary)
         assert want > prompts[0] // 2
-        assert cached[i] >= want, (i, cached, want)
+        assert cached[i] >= want // 64 * 64, (i, cached, want)  # checkpoints sit at multiples of 64
     raw = server.client().post("/v1/chat/completions", json={
         "messages": [{"role": "system", "content": system + " Be brief."},
                      {"role": "user", "content": "Weather in Paris?"}],

@@ -80,7 +80,7 @@ def test_streamed_events(client):
 def test_stateless_and_unsupported_input_are_400(client):
     for kw, field in (({"previous_response_id": "resp_x"}, "previous_response_id"),
                       ({"tools": [{"type": "web_search"}]}, "tools.0"),
-                      ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}}, "text.format.type")):
+                      ({"text": {"format": {"type": "xml"}}}, "text.format.type")):
         with pytest.raises(openai.BadRequestError) as info:
             client.responses.create(model="tool-model", input=QUESTION, **kw)
         assert info.value.body["param"] == field, info.value.body
@@ -104,6 +104,14 @@ def test_demo_model_weather_round_trip():
                    {"type": "function_call_output", "call_id": call.call_id, "output": "Paris: 18 °C, sunny"}]
         events = list(client.responses.create(model="demo", instructions=system, input=history, tools=tools,
                                               max_output_tokens=64, stream=True, **NO_THINKING))
+        schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16},
+                                                   "temp_c": {"type": "integer", "minimum": -60, "maximum": 60}},
+                  "required": ["city", "temp_c"], "additionalProperties": False}
+        shaped = client.responses.create(  # text.format json_schema: the constrained decoder writes valid JSON
+            model="demo", instructions=system, input=ask, max_output_tokens=64, **NO_THINKING,
+            text={"format": {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}})
+    reply = json.loads(shaped.output_text)
+    assert set(reply) == {"city", "temp_c"} and isinstance(reply["temp_c"], int)
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == \
         "It is 18 °C and sunny in Paris."
     assert events[-1].type == "response.completed"

@@ -54,10 +54,10 @@ def _filled(model, n: int, seed: int, n_ctx: int = SLOT_CTX) -> PromptCache:  # 
 
 @pytest.fixture(scope="module")
 def good(model, tmp_path_factory) -> bytes:  # noqa: ANN001
-    """A valid saved state of the tiny model: 80 tokens, checkpoints at 32, 64 and 79."""
+    """A valid saved state of the tiny model: 200 tokens, checkpoints at 64, 128 and 192 (multiples of 64)."""
     path = tmp_path_factory.mktemp("good") / "good.state"
-    cache = _filled(model, 80, seed=1)
-    assert [c.n_past for c in cache.checkpoints] == [32, 64, 79]
+    cache = _filled(model, 200, seed=1)
+    assert [c.n_past for c in cache.checkpoints] == [64, 128, 192]
     state_file.save(cache, path, extra={"note": "kept"})
     return path.read_bytes()
 
@@ -196,12 +196,12 @@ def test_good_file_round_trips(model, good, tmp_path) -> None:  # noqa: ANN001
     path.write_bytes(good)
     cache = PromptCache(model, SLOT_CTX, checkpoint_every=32)
     loaded = state_file.load(cache, path)
-    assert (loaded.extra, loaded.n_past, loaded.n_bytes) == ({"note": "kept"}, 79, len(good))
-    assert cache.tokens == _ids(model, 80, seed=1)[:79] and [c.n_past for c in cache.checkpoints] == [32, 64, 79]
+    assert (loaded.extra, loaded.n_past, loaded.n_bytes) == ({"note": "kept"}, 199, len(good))
+    assert cache.tokens == _ids(model, 200, seed=1)[:199] and [c.n_past for c in cache.checkpoints] == [64, 128, 192]
     fewer = PromptCache(model, SLOT_CTX, max_checkpoints=2)
     state_file.load(fewer, path)
-    assert [c.n_past for c in fewer.checkpoints] == [64, 79]  # the newest that fit the bound
-    ref = _filled(model, 80, seed=1)
+    assert [c.n_past for c in fewer.checkpoints] == [128, 192]  # the newest that fit the bound
+    ref = _filled(model, 200, seed=1)
     tail = _ids(model, 3, seed=2)
     np.testing.assert_array_equal(model.forward(tail, fewer.state), model.forward(tail, ref.state))
 
@@ -387,12 +387,12 @@ def test_server_refuses_every_crafted_file_with_a_4xx(server, model, good, slot_
     with server.client() as c:
         (slot_dir / "good.state").write_bytes(good)
         ok = c.post("/slots/0?action=restore", json={"filename": "good.state"})
-        assert ok.status_code == 200 and ok.json()["n_restored"] == 79 and ok.json()["n_read"] == len(good)
+        assert ok.status_code == 200 and ok.json()["n_restored"] == 199 and ok.json()["n_read"] == len(good)
         for name, path in paths.items():
             r = c.post("/slots/0?action=restore", json={"filename": path.name})
             msg = _error(r, 400, slot_dir)
             assert msg.startswith(f"slot file {path.name!r}: ") and cases[name][1] in msg, (name, msg)
-        assert c.get("/slots").json()[0]["n_cached_tokens"] == 79  # no refused file touched the slot
+        assert c.get("/slots").json()[0]["n_cached_tokens"] == 199  # no refused file touched the slot
         gone = c.post("/slots/1?action=restore", json={"filename": "never-saved.state"})
         _error(gone, 404, slot_dir)
     if os.name == "posix":

@@ -2,8 +2,8 @@
 
 Chat and generate requests become our chat (or raw completion) request and run through the shared
 generation path; replies stream as NDJSON lines, Ollama's format, and streaming is the default as in
-Ollama. Every model name (`name`, `name:tag`, `name:latest`) means the one loaded model. `format:
-"json"` is an instruction in the system turn (no constrained decoding yet); a JSON schema is a 501.
+Ollama. Every model name (`name`, `name:tag`, `name:latest`) means the one loaded model. `format`
+("json" or a JSON schema) goes through the constrained decoder, as `response_format` does.
 """
 
 from __future__ import annotations
@@ -97,14 +97,22 @@ def _now() -> str:
 def _sampling(req: _Base) -> dict[str, Any]:
     o = req.options or Options()
     limit = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None  # -1, -2: no limit
-    if req.format is not None and not (isinstance(req.format, str) and req.format in ("", "json")):
-        raise APIError(501, "format: a JSON schema needs constrained decoding, which this server does not have "
-                            'yet; use format: "json"', param="format")
     return relay.drop_none(
         max_tokens=limit or None, temperature=o.temperature, seed=o.seed, top_k=o.top_k, top_p=o.top_p,
         min_p=o.min_p, stop=o.stop or None, repetition_penalty=o.repeat_penalty,
         presence_penalty=o.presence_penalty, frequency_penalty=o.frequency_penalty, think=req.think,
-        response_format={"type": "json_object"} if req.format == "json" else None)
+        response_format=_response_format(req.format))
+
+
+def _response_format(fmt: str | dict[str, Any] | None) -> dict[str, Any] | None:
+    """Ollama's `format` as OpenAI's `response_format`: "json" any JSON object, a dict its schema."""
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return {"type": "json_object"}
+    if isinstance(fmt, dict):
+        return {"type": "json_schema", "json_schema": {"name": "format", "schema": fmt, "strict": True}}
+    raise bad_request(f'format: {fmt!r} is neither "json" nor a JSON schema', "format")
 
 
 def _messages(req: OllamaChat) -> list[dict[str, Any]]:
@@ -226,6 +234,8 @@ async def generate(request: Request) -> Any:
     sampling = _sampling(req)
     if req.raw:  # the prompt as it is: no template, no reasoning or tool parsing
         sampling = {k: v for k, v in sampling.items() if k not in ("think", "response_format")}
+        if isinstance(req.format, dict):  # llama-server's field on completions
+            sampling["json_schema"] = req.format
         return await _answer(request, req, relay.as_request({"prompt": req.prompt, **sampling}, CompletionRequest),
                              chat=False)
     messages = ([{"role": "system", "content": req.system}] if req.system else []) + [

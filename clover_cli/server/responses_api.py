@@ -164,16 +164,26 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     if req.background:
         raise bad_request("background: not supported; this server answers in the request", "background")
     fmt = (req.text or {}).get("format") or {}
-    if fmt.get("type") not in (None, "text", "json_object"):
-        raise bad_request(f"text.format: {fmt.get('type')!r} is not supported; use text or json_object",
+    if fmt.get("type") not in (None, "text", "json_object", "json_schema"):
+        raise bad_request(f"text.format: {fmt.get('type')!r} is not supported; use text, json_object or json_schema",
                           "text.format.type")
     body = relay.drop_none(
         messages=chat_messages(req), tools=_tools(req), tool_choice=_tool_choice(req.tool_choice),
         parallel_tool_calls=req.parallel_tool_calls, max_tokens=req.max_output_tokens,
         temperature=req.temperature, top_p=req.top_p,
         reasoning_effort=req.reasoning.effort if req.reasoning else None,
-        response_format={"type": "json_object"} if fmt.get("type") == "json_object" else None)
+        response_format=_response_format(fmt))
     return relay.as_request(body, ChatRequest)
+
+
+def _response_format(fmt: dict[str, Any]) -> dict[str, Any] | None:
+    """Responses' flat `text.format` as chat's `response_format` (the constrained decoder's input)."""
+    if fmt.get("type") == "json_object":
+        return {"type": "json_object"}
+    if fmt.get("type") == "json_schema":
+        return {"type": "json_schema", "json_schema": {"name": fmt.get("name") or "response", "schema":
+                fmt.get("schema"), "strict": fmt.get("strict", True)}}
+    return None
 
 
 class _Output:
