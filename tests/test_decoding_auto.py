@@ -82,6 +82,30 @@ def test_a_file_already_known_to_lose_waits_before_probing_and_backs_off() -> No
     assert waits == [pytest.approx(8 / EXPLORE * 2**k) for k in range(4)]
 
 
+def test_short_replies_add_up_to_the_next_probe() -> None:
+    """The AR time a reply waited is handed to the next reply's chooser (`calibration.waited`), so
+    replies shorter than one wait still reach a probe, and a file measured wrongly once is measured again."""
+    seed = Costs(step_s=1.0, pass_s=3.0, relative=1.4)
+    waited = 0.0
+    probes = 0
+    for _ in range(10):  # ten replies of 40 tokens; one wait is 100 steps
+        chooser = AutoDecode(32, seed, waited)
+        written = 0
+        while written < 40:
+            choice = chooser.next()
+            if choice.mode == "diffusion":
+                probes += 1
+                chooser.record_block(2.0, 8)  # diffusion now wins: four tokens per AR step's second
+                break
+            n = min(choice.tokens, 40 - written)
+            chooser.record_ar(float(n), n)
+            written += n
+        waited = chooser.waited
+        if probes:
+            break
+    assert probes == 1 and chooser.relative() < 1 and chooser.next().mode == "diffusion"
+
+
 def test_cheap_passes_that_agree_keep_diffusion() -> None:
     """A GPU-like case: a pass costs 1.2 steps and a block writes 32 tokens in 3 passes + commit."""
     chooser = AutoDecode(32, Costs(step_s=0.01, pass_s=0.012))

@@ -50,14 +50,14 @@ def _ema(old: float | None, new: float) -> float:
 class AutoDecode:
     """The per-sequence choice between a diffusion block and an AR span."""
 
-    def __init__(self, block_length: int, seed: Costs | None = None) -> None:
+    def __init__(self, block_length: int, seed: Costs | None = None, waited: float = 0.0) -> None:
         self.block_length = block_length
         self.seed = seed
         self.ar_spt = seed.step_s if seed else None  # seconds per AR token
         self.pass_s = seed.pass_s if seed else None
         self.dg_spt: float | None = None  # seconds per committed token of diffusion blocks, this sequence
         self.streak = 0
-        self.waited = 0.0  # AR seconds since the last diffusion block
+        self.waited = waited  # AR seconds since the last diffusion block (earlier replies' included)
         self.wait = self._first_wait()
 
     def _first_wait(self) -> float:

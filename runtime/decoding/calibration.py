@@ -22,6 +22,7 @@ DRIFT = 0.10
 FILE_NAME = "decode-costs.json"
 _lock = threading.Lock()
 _memory: dict[str, Costs] = {}
+_waited: dict[str, float] = {}  # AR seconds since diffusion was last tried, across this process's replies
 
 
 def record_path() -> Path:
@@ -104,3 +105,15 @@ def update(model: Any, costs: Costs) -> None:
             write_bytes(path, json.dumps(data, indent=1).encode("utf-8"))
         except OSError:
             pass  # a read-only cache: the next process measures again
+
+
+def waited(model: Any) -> float:
+    """AR seconds written since diffusion was last tried on this model, over this process's replies:
+    short replies add up to the next probe instead of each starting the wait again."""
+    with _lock:
+        return _waited.get(model_key(model), 0.0)
+
+
+def note_waited(model: Any, seconds: float) -> None:
+    with _lock:
+        _waited[model_key(model)] = seconds

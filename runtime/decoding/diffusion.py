@@ -166,12 +166,15 @@ def _chooser(model: Any, params: DecodeParams, block_length: int) -> AutoDecode 
     a forced `--decode diffusion`, unchecked blocks and a fixed reveal count always diffuse."""
     if not _auto(params):
         return None
-    return AutoDecode(block_length, calibration.load(model))
+    return AutoDecode(block_length, calibration.load(model), calibration.waited(model))
 
 
 def _remember(model: Any, chooser: AutoDecode | None) -> None:
     """Keep what this reply measured for the next one (`calibration`)."""
-    if chooser is None or chooser.ar_spt is None or chooser.pass_s is None:
+    if chooser is None:
+        return
+    calibration.note_waited(model, chooser.waited)
+    if chooser.ar_spt is None or chooser.pass_s is None:
         return
     seed_rel = chooser.seed.relative if chooser.seed is not None else None
     rel = chooser.relative()
