@@ -185,8 +185,7 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
                cancel: threading.Event | None, con: Constraint | None = None) -> Iterator[Any]:
     cfg = model.config
     block_length = int(params.block_length or cfg.diffusion.block_length)
-    verify = policy.verify_commits(params.verify, params.sampling.temperature, params.reveal_k is not None)
-    verify = verify or params.logprobs is not None  # logprobs are AR's, which only a verified commit has
+    verify = _verified(params) or params.logprobs is not None  # logprobs are AR's, which only a verified commit has
     chooser = _chooser(model, params, block_length)
     if chooser is not None:
         stats.auto_note = describe(chooser.seed)
