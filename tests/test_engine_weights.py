@@ -78,7 +78,7 @@ def test_expert_products_sharing_routes_equal_separate_products(int_model) -> No
     x = rng.standard_normal((5, w.info(gate).shape[-1])).astype(np.float32)
     ids = np.stack([rng.choice(cfg.n_expert, cfg.n_expert_used, replace=False) for _ in range(5)])
     routes = w.routes(ids, cfg.n_expert)
-    g, u = w.moe_matmuls([gate, up], x, ids, routes)
+    g, u = w.expert_products([w.matrix(gate), w.matrix(up)], x, ids, routes)  # the layers' bound handles
     np.testing.assert_array_equal(g, w.moe_matmul(gate, x, ids))
     np.testing.assert_array_equal(u, w.moe_matmul(up, x, ids))
     act = (g * u).astype(np.float32)  # one input per routed slot

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .align import ALIGN, segments
+from .layers import AttentionLayer
 from .ops import rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
@@ -51,22 +52,21 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return out
 
 
-def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, pos0: int) -> AttentionInputs:
+def project(w: Weights, cfg: ModelConfig, L: AttentionLayer, h: np.ndarray, pos0: int) -> AttentionInputs:
     """Projections for rows at positions pos0..pos0+n-1 (fused `attn_qkv` or split q/k/v)."""
-    p = f"blk.{layer}."
     n = h.shape[0]
     hd, hv = cfg.head_dim, cfg.head_dim_v
     nq = cfg.n_head * hd * 2
     nk = cfg.n_head_kv * hd
-    if w.has(p + "attn_qkv.weight"):
-        qkv = w.matmul(p + "attn_qkv.weight", h)
+    if L.qkv is not None:
+        qkv = L.qkv.matmul(h)
         qg, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
     else:
-        qg, k, v = w.matmuls([p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], h)
+        qg, k, v = w.products([L.q, L.k, L.v], h)
     qg = qg.reshape(n, cfg.n_head, 2 * hd)
-    q = rms_norm(qg[..., :hd], w.tensor(p + "attn_q_norm.weight"), cfg.rms_eps)
+    q = rms_norm(qg[..., :hd], L.q_norm, cfg.rms_eps)
     gate = np.ascontiguousarray(qg[..., hd:]).reshape(n, cfg.n_head * hd)
-    k = rms_norm(k.reshape(n, cfg.n_head_kv, hd), w.tensor(p + "attn_k_norm.weight"), cfg.rms_eps)
+    k = rms_norm(k.reshape(n, cfg.n_head_kv, hd), L.k_norm, cfg.rms_eps)
     cos, sin = rope_tables(np.arange(pos0, pos0 + n), cfg.rope_dim, cfg.rope_base)
     return AttentionInputs(apply_rope(q, cos, sin), gate, apply_rope(k, cos, sin),
                            np.ascontiguousarray(v).reshape(n, cfg.n_head_kv, hv))
@@ -110,17 +110,16 @@ def attend(q: np.ndarray, segments: list[tuple[np.ndarray, np.ndarray, np.ndarra
     return out
 
 
-def _output(w: Weights, layer: int, o: np.ndarray, gate: np.ndarray) -> np.ndarray:
-    o = o.reshape(o.shape[0], -1) * sigmoid(gate)
-    return w.matmul(f"blk.{layer}.attn_output.weight", o)
+def _output(L: AttentionLayer, o: np.ndarray, gate: np.ndarray) -> np.ndarray:
+    return L.output.matmul(o.reshape(o.shape[0], -1) * sigmoid(gate))
 
 
-def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+def causal(w: Weights, cfg: ModelConfig, L: AttentionLayer, h: np.ndarray, state: SequenceState) -> np.ndarray:
     """Attention for rows continuing `state` (at positions n_past...); appends their K/V."""
     pos0 = state.n_past
     n = h.shape[0]
-    a = project(w, cfg, layer, h, pos0)
-    kc, vc = state.kv(layer)
+    a = project(w, cfg, L, h, pos0)
+    kc, vc = state.kv(L.index)
     kc[:, pos0:pos0 + n] = a.k.transpose(1, 0, 2)
     vc[:, pos0:pos0 + n] = a.v.transpose(1, 0, 2)
     small = KERNEL_ROWS if w.attention_kernel is not None else 0
@@ -130,7 +129,7 @@ def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: Seque
             o[r0:r1] = w.attention_kernel(a.q[r0:r1], kc, vc, pos0 + r0 + 1 + np.arange(r1 - r0))
         else:
             _causal_rows(a.q, kc, vc, pos0, r0, r1, o)
-    return _output(w, layer, o, a.gate)
+    return _output(L, o, a.gate)
 
 
 def _causal_rows(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos0: int, r0: int, r1: int,
@@ -151,15 +150,15 @@ def _causal_rows(q: np.ndarray, kc: np.ndarray, vc: np.ndarray, pos0: int, r0: i
         p = end
 
 
-def preview(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+def preview(w: Weights, cfg: ModelConfig, L: AttentionLayer, h: np.ndarray, state: SequenceState) -> np.ndarray:
     """Block rows see the whole cached prefix and every row of the block; the cache is untouched."""
     pos0 = state.n_past
-    a = project(w, cfg, layer, h, pos0)
+    a = project(w, cfg, L, h, pos0)
     k = np.ascontiguousarray(a.k.transpose(1, 0, 2))
     v = np.ascontiguousarray(a.v.transpose(1, 0, 2))
     segments = [(k, v, None)]
     if pos0:
-        kc, vc = state.kv(layer)
+        kc, vc = state.kv(L.index)
         segments.insert(0, (kc[:, :pos0], vc[:, :pos0], None))
     o = attend(a.q, segments)
-    return _output(w, layer, o, a.gate)
+    return _output(L, o, a.gate)

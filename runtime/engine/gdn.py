@@ -17,13 +17,13 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .align import segments
+from .layers import DeltaNetLayer
 from .ops import l2_norm, rms_norm, sigmoid, silu, softplus
 from .state import SequenceState
 from .weights import Weights
 
 CHUNK = 64  # rows per WY chunk
 RECURRENT_MAX_ROWS = 8  # up to this many rows the per-token loop is cheaper than the chunked form
-CLOVER_TENSORS = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")
 
 
 @dataclass
@@ -34,15 +34,11 @@ class Projected:
     g: np.ndarray  # (n, v_heads) log decay, <= 0
 
 
-def project(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> Projected:
-    p = f"blk.{layer}."
+def project(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> Projected:
     n = h.shape[0]
-    u, z, b, a = w.matmuls([p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_beta.weight",
-                            p + "ssm_alpha.weight"], h)
+    u, z, b, a = w.products([L.qkv, L.z, L.beta, L.alpha], h)
     z = z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
-    dt = w.tensor(p + "ssm_dt.bias").reshape(-1)
-    ssm_a = w.tensor(p + "ssm_a").reshape(-1)
-    return Projected(u, z, sigmoid(b), ssm_a * softplus(a + dt))
+    return Projected(u, z, sigmoid(b), L.a * softplus(a + L.dt_bias))
 
 
 def conv(ring: np.ndarray, u: np.ndarray, taps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -152,54 +148,46 @@ def delta_rule(w: Weights, q: np.ndarray, k: np.ndarray, v: np.ndarray, beta: np
     return o, s_out
 
 
-def output(w: Weights, cfg: ModelConfig, layer: int, o: np.ndarray, z: np.ndarray) -> np.ndarray:
+def output(cfg: ModelConfig, L: DeltaNetLayer, o: np.ndarray, z: np.ndarray) -> np.ndarray:
     """RMSNorm(o; ssm_norm) ⊙ SiLU(z) per value head, then `ssm_out`."""
-    p = f"blk.{layer}."
-    y = rms_norm(o, w.tensor(p + "ssm_norm.weight").reshape(-1), cfg.rms_eps) * silu(z)
-    return w.matmul(p + "ssm_out.weight", y.reshape(o.shape[0], -1))
+    y = rms_norm(o, L.ssm_norm, cfg.rms_eps) * silu(z)
+    return L.out.matmul(y.reshape(o.shape[0], -1))
 
 
-def causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState) -> np.ndarray:
+def causal(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state: SequenceState) -> np.ndarray:
     """The layer for rows continuing `state`; advances its conv ring and recurrent state."""
-    r0, s0 = state.gdn(layer)
+    r0, s0 = state.gdn(L.index)
     parts = []
     for a, b in segments(state.n_past, h.shape[0], RECURRENT_MAX_ROWS):
-        out, ring, _ = _causal(w, cfg, layer, h[a:b], state, s_out=s0, pos0=state.n_past + a)
+        out, ring, _ = _causal(w, cfg, L, h[a:b], state, s_out=s0, pos0=state.n_past + a)
         r0[...] = ring
         parts.append(out)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _causal(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+def _causal(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state: SequenceState,
             s_out: np.ndarray | None = None, pos0: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(output, new conv ring, new S); the new S goes to `s_out` when given (the state's own)."""
     if w.gdn_mixer_kernel is not None and h.shape[0] <= RECURRENT_MAX_ROWS:
-        return _fused(w, cfg, layer, h, state, s_out)
-    pr = project(w, cfg, layer, h)
-    ring, s = state.gdn(layer)
-    x, new_ring = conv(ring, pr.u, w.tensor(f"blk.{layer}.ssm_conv1d.weight"))
+        return _fused(w, cfg, L, h, state, s_out)
+    pr = project(w, cfg, L, h)
+    ring, s = state.gdn(L.index)
+    x, new_ring = conv(ring, pr.u, L.conv)
     q, k, v = split_heads(cfg, silu(x))
     o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out, pos0)
-    return output(w, cfg, layer, o, pr.z), new_ring, s_new
+    return output(cfg, L, o, pr.z), new_ring, s_new
 
 
-def _fused(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+def _fused(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state: SequenceState,
            s_out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_causal` for a few rows with everything between the projections in one compiled call."""
-    p = f"blk.{layer}."
     n = h.shape[0]
-    ring, s = state.gdn(layer)
-    u, z, b, a = w.matmuls([p + "attn_qkv.weight", p + "attn_gate.weight", p + "ssm_beta.weight",
-                            p + "ssm_alpha.weight"], h)
+    ring, s = state.gdn(L.index)
+    u, z, b, a = w.products([L.qkv, L.z, L.beta, L.alpha], h)
     y, new_ring, s_new = w.gdn_mixer_kernel(
-        u, ring, w.tensor(p + "ssm_conv1d.weight"), z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim), b, a,
-        w.tensor(p + "ssm_dt.bias").reshape(-1), w.tensor(p + "ssm_a").reshape(-1), s,
-        w.tensor(p + "ssm_norm.weight").reshape(-1), cfg.rms_eps, cfg.ssm_k_heads, S_out=s_out)
-    return w.matmul(p + "ssm_out.weight", y), new_ring, s_new
-
-
-def has_clover_tensors(w: Weights, layer: int) -> bool:
-    return all(w.has(f"blk.{layer}.{t}") for t in CLOVER_TENSORS)
+        u, ring, L.conv, z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim), b, a, L.dt_bias, L.a, s,
+        L.ssm_norm, cfg.rms_eps, cfg.ssm_k_heads, S_out=s_out)
+    return L.out.matmul(y), new_ring, s_new
 
 
 def clover_mix(q: np.ndarray, k: np.ndarray, v: np.ndarray, s: np.ndarray, scale: np.ndarray,
@@ -228,26 +216,19 @@ def clover_mix(q: np.ndarray, k: np.ndarray, v: np.ndarray, s: np.ndarray, scale
     return o.transpose(1, 0, 2).astype(np.float32)
 
 
-def _per_head(w: Weights, name: str, n_heads: int) -> np.ndarray:
-    return np.broadcast_to(w.tensor(name).reshape(-1), (n_heads,)).astype(np.float32)
-
-
-def preview(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, state: SequenceState,
+def preview(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state: SequenceState,
             mode: str) -> np.ndarray:
     """The layer over a diffusion block without touching `state` ("causal" or "clover")."""
     if mode == "causal":
-        return _causal(w, cfg, layer, h, state)[0]
-    p = f"blk.{layer}."
-    pr = project(w, cfg, layer, h)
-    ring, s = state.gdn(layer)
-    x, _ = conv(ring, pr.u, w.tensor(p + "ssm_conv1d.weight"))
-    right = w.tensor(p + "ssm_conv1d_right.weight")  # (conv_dim, 3): column j-1 multiplies row t+j
+        return _causal(w, cfg, L, h, state)[0]
+    c = L.clover
+    pr = project(w, cfg, L, h)
+    ring, s = state.gdn(L.index)
+    x, _ = conv(ring, pr.u, L.conv)
     n = h.shape[0]
-    for j in range(1, right.shape[1] + 1):
+    for j in range(1, c.conv_right.shape[1] + 1):  # column j-1 multiplies row t+j
         if j < n:
-            x[:n - j] += pr.u[j:] * right[:, j - 1]
+            x[:n - j] += pr.u[j:] * c.conv_right[:, j - 1]
     q, k, v = split_heads(cfg, silu(x))
-    nv = cfg.ssm_v_heads
-    o = clover_mix(q, k, v, s, _per_head(w, p + "ssm_bd_scale", nv), _per_head(w, p + "ssm_bd_hist_bias", nv),
-                   _per_head(w, p + "ssm_bd_hist_c", nv))
-    return output(w, cfg, layer, o, pr.z)
+    o = clover_mix(q, k, v, s, c.scale, c.hist_bias, c.hist_c)
+    return output(cfg, L, o, pr.z)

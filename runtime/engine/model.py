@@ -18,6 +18,7 @@ from ..model_config import ModelConfig, describe
 from ..offload import OffloadRequest
 from . import attention, gdn
 from .align import chunk_bounds
+from .layers import AttentionLayer, Head, Layer, bind_head, bind_layers
 from .moe import moe
 from .ops import rms_norm
 from .state import SequenceState
@@ -45,15 +46,16 @@ class Model:
         self.config = config
         self.weights = weights
         self.prefill_chunk = PREFILL_CHUNK
-        self._head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
+        self.layers: dict[int, Layer] = bind_layers(weights, config)
+        self.head: Head = bind_head(weights)
         self.has_clover_tensors = bool(config.gdn_layers) and all(
-            gdn.has_clover_tensors(weights, i) for i in config.gdn_layers)
+            self.layers[i].clover is not None for i in config.gdn_layers)
         # layers (and the head) whose maths and state live on a torch device (`-ngl`), or None
         self.device_layers: Any = None
         if weights.device_group is not None:
             from ..torch_backend.layers import DeviceLayers  # torch: only once a device is in use
 
-            layers = DeviceLayers(weights, config, weights.device_group)
+            layers = DeviceLayers(weights, config, weights.device_group, self.layers)
             self.device_layers = layers if layers.layers or layers.head_here else None
 
     # -- properties -----------------------------------------------------------------------------
@@ -67,7 +69,7 @@ class Model:
 
     @property
     def tied_output(self) -> bool:
-        return self._head == "token_embd.weight"
+        return self.head.tied
 
     # -- state ----------------------------------------------------------------------------------
     def new_state(self, n_ctx: int | None = None) -> SequenceState:
@@ -159,12 +161,13 @@ class Model:
                 used.append(len(experts))
                 continue
             x = self._host(x)
-            h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
-            if cfg.layer_is_attention[i]:
-                x = x + attention.preview(self.weights, cfg, i, h, state)
+            L = self.layers[i]
+            h = rms_norm(x, L.norm, cfg.rms_eps)
+            if isinstance(L, AttentionLayer):
+                x = x + attention.preview(self.weights, cfg, L, h, state)
             else:
-                x = x + gdn.preview(self.weights, cfg, i, h, state, mode)
-            x, experts = self._moe(i, x, expert_coreset)
+                x = x + gdn.preview(self.weights, cfg, L, h, state, mode)
+            x, experts = self._moe(L, x, expert_coreset)
             used.append(len(experts))
         rows = np.arange(n) if logit_rows is None else np.asarray(logit_rows, dtype=np.int64).reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= n):
@@ -189,15 +192,12 @@ class Model:
             raise CloverError(f"token id {bad} is outside the vocabulary (0..{self.n_vocab - 1})")
         return ids
 
-    def _vec(self, name: str) -> np.ndarray:
-        return self.weights.tensor(name).reshape(-1)
-
     def _embed(self, ids: np.ndarray) -> np.ndarray:
         return np.array(self.weights.rows("token_embd.weight", ids), dtype=np.float32)
 
-    def _moe(self, i: int, x: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
-        h = rms_norm(x, self._vec(f"blk.{i}.post_attention_norm.weight"), self.config.rms_eps)
-        out, experts = moe(self.weights, self.config, i, h, coreset)
+    def _moe(self, L: Layer, x: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
+        h = rms_norm(x, L.moe.norm, self.config.rms_eps)
+        out, experts = moe(self.weights, self.config, L.moe, h, coreset)
         return x + out, experts
 
     def _host(self, x: Any) -> np.ndarray:
@@ -210,20 +210,21 @@ class Model:
             return dev.causal_layer(i, dev.put(x), state)
         x = self._host(x)
         cfg = self.config
-        h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), cfg.rms_eps)
-        if cfg.layer_is_attention[i]:
-            x = x + attention.causal(self.weights, cfg, i, h, state)
+        L = self.layers[i]
+        h = rms_norm(x, L.norm, cfg.rms_eps)
+        if isinstance(L, AttentionLayer):
+            x = x + attention.causal(self.weights, cfg, L, h, state)
         else:
-            x = x + gdn.causal(self.weights, cfg, i, h, state)
-        return self._moe(i, x, None)[0]
+            x = x + gdn.causal(self.weights, cfg, L, h, state)
+        return self._moe(L, x, None)[0]
 
     def _logits(self, x: Any) -> np.ndarray:
         dev = self.device_layers
         if dev is not None and dev.head_here:
             logits = dev.logits(dev.put(x))
         else:
-            h = rms_norm(self._host(x), self._vec("output_norm.weight"), self.config.rms_eps)
-            logits = self.weights.matmul(self._head, h)
+            h = rms_norm(self._host(x), self.head.norm, self.config.rms_eps)
+            logits = self.head.matrix.matmul(h)
         real = self.config.n_tokens
         if 0 < real < logits.shape[1]:
             logits[:, real:] = -np.inf

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model_config import ModelConfig
+from .layers import MoE
 from .ops import sigmoid, silu, softmax
 from .weights import Weights
 
@@ -43,47 +44,44 @@ def coreset(routing: Routing, size: int) -> np.ndarray:
     return np.sort(chosen[order[:max(1, size)]])
 
 
-def route(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
-          coreset_size: int | None = None) -> Routing:
-    probs = softmax(w.matmul(f"blk.{layer}.ffn_gate_inp.weight", h))
+def route(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, coreset_size: int | None = None) -> Routing:
+    probs = softmax(m.router.matmul(h))
     routing = top_k(probs, cfg.n_expert_used)
     if coreset_size is not None:
         routing = top_k(probs, cfg.n_expert_used, coreset(routing, coreset_size))
     return routing
 
 
-def experts(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray, routing: Routing) -> np.ndarray:
+def experts(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, routing: Routing) -> np.ndarray:
     """Σ_j weight_j · down_e(SiLU(gate_e h) ⊙ up_e h) over each row's routed experts e = ids[:, j]."""
-    p = f"blk.{layer}."
     f = cfg.expert_ff
     routes = w.routes(routing.ids, cfg.n_expert)
-    if w.has(p + "ffn_gate_up_exps.weight"):
-        gu = w.moe_matmul(p + "ffn_gate_up_exps.weight", h, routing.ids, routes)
+    if m.gate_up is not None:
+        gu = w.expert_products([m.gate_up], h, routing.ids, routes)[0]
         gate, up = gu[..., :f], gu[..., f:]
     else:
-        gate, up = w.moe_matmuls([p + "ffn_gate_exps.weight", p + "ffn_up_exps.weight"], h, routing.ids, routes)
-    down = w.moe_matmul(p + "ffn_down_exps.weight", silu(gate) * up, routing.ids, routes)
+        gate, up = w.expert_products([m.gate, m.up], h, routing.ids, routes)
+    down = w.expert_products([m.down], silu(gate) * up, routing.ids, routes)[0]
     return np.matmul(routing.weights[:, None, :], down)[:, 0]
 
 
-def shared_expert(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray) -> np.ndarray | None:
-    p = f"blk.{layer}."
-    if not cfg.shared_ff or not w.has(p + "ffn_down_shexp.weight"):
+def shared_expert(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
+    if m.shared_down is None:
         return None
-    gate, up = w.matmuls([p + "ffn_gate_shexp.weight", p + "ffn_up_shexp.weight"], h)
+    gate, up = w.products([m.shared_gate, m.shared_up], h)
     act = silu(gate) * up
-    out = w.matmul(p + "ffn_down_shexp.weight", act)
-    if w.has(p + "ffn_gate_inp_shexp.weight"):
-        out *= sigmoid(h @ w.tensor(p + "ffn_gate_inp_shexp.weight").reshape(-1))[:, None]
+    out = m.shared_down.matmul(act)
+    if m.shared_gate_inp is not None:
+        out *= sigmoid(h @ m.shared_gate_inp)[:, None]
     return out
 
 
-def moe(w: Weights, cfg: ModelConfig, layer: int, h: np.ndarray,
+def moe(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray,
         coreset_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The layer's MoE output (n, hidden) and the distinct experts it used."""
-    routing = route(w, cfg, layer, h, coreset_size)
-    out = experts(w, cfg, layer, h, routing)
-    shared = shared_expert(w, cfg, layer, h)
+    routing = route(w, cfg, m, h, coreset_size)
+    out = experts(w, cfg, m, h, routing)
+    shared = shared_expert(w, m, h)
     if shared is not None:
         out += shared
     return out, np.unique(routing.ids)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -140,97 +140,85 @@ class Weights:
             self._small[name] = arr
         return arr
 
+    def vector(self, name: str) -> np.ndarray:
+        """A small tensor flattened (norm weights, biases, per-head scalars): a layer record's field."""
+        return self.tensor(name).reshape(-1)
+
+    def table(self, name: str) -> np.ndarray:
+        """A small tensor in its stored shape (the conv taps)."""
+        return self.tensor(name)
+
+    def per_head(self, name: str, n_heads: int) -> np.ndarray:
+        """A per-head parameter stored as one value or one per head, as (n_heads,) float32."""
+        return np.broadcast_to(self.tensor(name).reshape(-1), (n_heads,)).astype(np.float32)
+
     def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Selected rows of a 2-D tensor (the embedding lookup), reading only those rows' bytes."""
         info = self.info(name)
         return dequantize_rows(self.file.raw(name), info.ggml_type, info.shape[-1], np.asarray(ids))
 
-    # -- products -------------------------------------------------------------------------------
-    def matmul(self, name: str, x: np.ndarray) -> np.ndarray:
-        """x (n, in) times the (out, in) weight `name` transposed: (n, out) float32."""
+    def matrix(self, name: str) -> Matrix:
+        """The product handle of a 2-D matrix or 3-D expert stack, bound once: what the layer
+        records (`engine.layers`) hold, so a forward looks nothing up by name."""
         if self.device_group is not None and name in self.device_group:
-            return self.device_group.matmul(name, x)
+            return _OnDevice(self.device_group, name, self.info(name))
         if self.backend == "numba":
-            m = self._bound.get(name)
-            if m is None:
-                info = self.info(name)
-                _matrix_shape(info)
-                m = self._bind(name, info)
-            return m.matmul(x)
-        info = self.info(name)
-        n_out, n_in = _matrix_shape(info)
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        return self._numpy_matmul(name, info, 0, n_out, n_in, x)
+            return self._bound.get(name) or self._bind(name, self.info(name))
+        return _Dense(self, name, self.info(name))
 
-    def matmuls(self, names: Sequence[str], x: np.ndarray) -> list[np.ndarray]:
-        """`matmul` of one input with several weights: x is put in 8-bit blocks once per block
-        size instead of once per product (a decode step's GDN, attention and shared-expert
+    def products(self, mats: Sequence[Matrix], x: np.ndarray) -> list[np.ndarray]:
+        """x times several matrices that share it: x is put in 8-bit blocks once per block size
+        instead of once per product (a decode step's GDN, attention and shared-expert
         projections share their input)."""
         q8: dict[int, Any] = {}
         out = []
-        for name in names:
-            m = self._numba_matrix(name)
-            if m is None or not m.integer:
-                out.append(self.matmul(name, x))
+        for m in mats:
+            if not m.integer:
+                out.append(m.matmul(x))
                 continue
             if m.act_block not in q8:
                 q8[m.act_block] = self._kernels.quantize_rows(np.ascontiguousarray(x, np.float32), m.act_block)
             out.append(m.matmul(x, q8[m.act_block]))
         return out
 
+    def expert_products(self, mats: Sequence[Matrix], x: np.ndarray, ids: np.ndarray,
+                        routes: Any = None) -> list[np.ndarray]:
+        """Per-row expert products (n, k, out) of one input with several expert stacks (gate and
+        up), the ids grouped once (`routes`) and x quantized once."""
+        q8: dict[int, Any] = {}
+        out = []
+        for m in mats:
+            r = routes if routes is not None and routes.count == m.count else None
+            if not m.integer or len(mats) == 1:  # one product: the kernel quantizes its own input
+                out.append(m.moe(x, ids, r))
+                continue
+            if m.act_block not in q8:
+                q8[m.act_block] = self._kernels.quantize_rows(np.ascontiguousarray(x, np.float32), m.act_block)
+            out.append(m.moe(x, ids, r, q8[m.act_block]))
+        return out
+
+    # -- products by name (tests and tools; the layers use bound handles) -------------------------
+    def matmul(self, name: str, x: np.ndarray) -> np.ndarray:
+        """x (n, in) times the (out, in) weight `name` transposed: (n, out) float32."""
+        _matrix_shape(self.info(name))
+        return self.matrix(name).matmul(x)
+
+    def matmuls(self, names: Sequence[str], x: np.ndarray) -> list[np.ndarray]:
+        """`products` by tensor name."""
+        return self.products([self.matrix(n) for n in names], x)
+
     def routes(self, ids: np.ndarray, n_expert: int) -> Any:
         """The grouping of expert ids (n, k) shared by one layer's expert products (numba backend;
         None elsewhere, where the products group the ids themselves)."""
         return self._kernels.Routes(ids, n_expert) if self.backend == "numba" else None
-
-    def moe_matmuls(self, names: Sequence[str], x: np.ndarray, ids: np.ndarray,
-                    routes: Any = None) -> list[np.ndarray]:
-        """`moe_matmul` of one input (n, in) with several expert tensors (gate and up), grouping
-        the ids and quantizing x once."""
-        q8: dict[int, Any] = {}
-        out = []
-        for name in names:
-            m = self._numba_matrix(name)
-            if m is None or not m.integer:
-                out.append(self.moe_matmul(name, x, ids, routes))
-                continue
-            if m.act_block not in q8:
-                q8[m.act_block] = self._kernels.quantize_rows(np.ascontiguousarray(x, np.float32), m.act_block)
-            out.append(m.moe(x, ids, routes, q8[m.act_block]))
-        return out
-
-    def _numba_matrix(self, name: str) -> Any:
-        """The prepared kernel view when the numba kernels compute this product, else None."""
-        if self.backend != "numba" or (self.device_group is not None and name in self.device_group):
-            return None
-        return self._bound.get(name) or self._bind(name, self.info(name))
 
     def moe_matmul(self, name: str, x: np.ndarray, ids: np.ndarray, routes: Any = None) -> np.ndarray:
         """Per-row expert products with the 3-D tensor `name` (n_expert, out, in).
 
         `ids` (n, k) are the experts of each row; `x` is (n, in) (shared by a row's experts) or
         (n, k, in) (one input per routed slot). Returns (n, k, out): y[i, j] = W[ids[i, j]] · x.
-        `routes` (from `routes`) saves regrouping the same ids for each of a layer's products.
         """
-        if self.device_group is not None and name in self.device_group:
-            return self.device_group.moe(name, x, ids)
-        if self.backend == "numba":
-            m = self._bound.get(name) or self._bind(name, self.info(name))
-            return m.moe(x, ids, routes if routes is not None and routes.count == m.count else None)
-        info = self.info(name)
-        n_out, n_in = info.shape[-2], info.shape[-1]
-        ids = np.asarray(ids, dtype=np.int64)
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        n, k = ids.shape
-        xs = np.broadcast_to(x[:, None, :], (n, k, n_in)) if x.ndim == 2 else x
-        out = np.empty((n, k, n_out), dtype=np.float32)
-        flat_ids = ids.reshape(-1)
-        flat_x = xs.reshape(n * k, n_in)
-        flat_out = out.reshape(n * k, n_out)
-        for e in np.unique(flat_ids):
-            sel = np.flatnonzero(flat_ids == e)
-            flat_out[sel] = self._numpy_matmul(name, info, int(e), n_out, n_in, flat_x[sel])
-        return out
+        return self.expert_products([self.matrix(name)], x, ids, routes)[0]
 
     # -- numpy path -----------------------------------------------------------------------------
     def _numpy_matmul(self, name: str, info: TensorInfo, expert: int, n_out: int, n_in: int,
@@ -284,6 +272,63 @@ class Weights:
 
     def names(self) -> Iterable[str]:
         return self.file.tensors.keys()
+
+
+class Matrix(Protocol):
+    """A weight product bound at load: the compiled kernels' `Matrices`, or `_Dense`/`_OnDevice`."""
+
+    integer: bool
+    count: int
+
+    def matmul(self, x: np.ndarray, q8: Any = None) -> np.ndarray: ...
+
+    def moe(self, x: np.ndarray, ids: np.ndarray, routes: Any = None, q8: Any = None) -> np.ndarray: ...
+
+
+class _Dense:
+    """A matrix of the numpy reference path: dequantized through the owner's bounded cache."""
+
+    integer = False
+
+    def __init__(self, owner: Weights, name: str, info: TensorInfo) -> None:
+        self.owner, self.name, self.info = owner, name, info
+        self.n_out, self.n_in = info.shape[-2], info.shape[-1]
+        self.count = info.shape[0] if len(info.shape) == 3 else 1
+
+    def matmul(self, x: np.ndarray, q8: Any = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        return self.owner._numpy_matmul(self.name, self.info, 0, self.n_out, self.n_in, x)
+
+    def moe(self, x: np.ndarray, ids: np.ndarray, routes: Any = None, q8: Any = None) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        n, k = ids.shape
+        xs = np.broadcast_to(x[:, None, :], (n, k, self.n_in)) if x.ndim == 2 else x
+        out = np.empty((n, k, self.n_out), dtype=np.float32)
+        flat_ids = ids.reshape(-1)
+        flat_x = xs.reshape(n * k, self.n_in)
+        flat_out = out.reshape(n * k, self.n_out)
+        for e in np.unique(flat_ids):
+            sel = np.flatnonzero(flat_ids == e)
+            flat_out[sel] = self.owner._numpy_matmul(self.name, self.info, int(e), self.n_out, self.n_in,
+                                                     flat_x[sel])
+        return out
+
+
+class _OnDevice:
+    """A matrix a `DeviceGroup` holds, multiplied there for host rows (a layer not wholly on it)."""
+
+    integer = False
+
+    def __init__(self, group: DeviceGroup, name: str, info: TensorInfo) -> None:
+        self.group, self.name = group, name
+        self.count = info.shape[0] if len(info.shape) == 3 else 1
+
+    def matmul(self, x: np.ndarray, q8: Any = None) -> np.ndarray:
+        return self.group.matmul(self.name, x)
+
+    def moe(self, x: np.ndarray, ids: np.ndarray, routes: Any = None, q8: Any = None) -> np.ndarray:
+        return self.group.moe(self.name, x, ids)
 
 
 def _matrix_shape(info: TensorInfo) -> tuple[int, int]:

@@ -23,6 +23,7 @@ import torch
 from ..engine import moe as host_moe
 from ..engine.attention import rope_tables
 from ..engine.gdn import CHUNK, RECURRENT_MAX_ROWS
+from ..engine.layers import AttentionLayer, DeltaNetLayer, Layer, bind_head, bind_layers
 from ..engine.moe import Routing
 from ..engine.state import SequenceState
 from ..engine.weights import Weights
@@ -50,7 +51,8 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 class DeviceLayers:
     """The layers whose matrices `group` holds, run on its device."""
 
-    def __init__(self, weights: Weights, config: ModelConfig, group: DeviceGroup) -> None:
+    def __init__(self, weights: Weights, config: ModelConfig, group: DeviceGroup,
+                 host_layers: dict[int, Layer]) -> None:
         self.w, self.cfg, self.group = weights, config, group
         self.device = group.info.device
         per_layer: dict[int, set[str]] = {}
@@ -60,9 +62,12 @@ class DeviceLayers:
                 per_layer.setdefault(layer, set()).add(name)
         # a layer runs here when every matrix but its routed experts is on the device
         self.layers = frozenset(i for i, names in per_layer.items() if all(n in group for n in names))
-        self.head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
-        self.head_here = self.head in group
-        self._small: dict[str, torch.Tensor] = {}
+        head = "output.weight" if weights.has("output.weight") else "token_embd.weight"
+        self.head_here = head in group
+        self.host_layers = host_layers  # routed experts kept in system memory run on these
+        binder = _DeviceBinder(self)
+        self.records = bind_layers(binder, config, self.layers)
+        self.head = bind_head(binder) if self.head_here else None
 
     # -- movement -------------------------------------------------------------------------------
     def runs(self, layer: int) -> bool:
@@ -85,62 +90,50 @@ class DeviceLayers:
         """Move this device's layers' arrays of a fresh `state` onto the device."""
         state.relocate(self.layers, lambda a: torch.from_numpy(a).to(self.device))
 
-    def _t(self, name: str) -> torch.Tensor:
-        t = self._small.get(name)
-        if t is None:
-            t = self.put(self.w.tensor(name))
-            self._small[name] = t
-        return t
-
-    def _vec(self, name: str) -> torch.Tensor:
-        return self._t(name).reshape(-1)
-
-    def _mm(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        return self.group.matrices[name].matmul(x).to(F32)
-
     # -- the layer ------------------------------------------------------------------------------
     def causal_layer(self, i: int, x: torch.Tensor, state: SequenceState) -> torch.Tensor:
-        h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), self.cfg.rms_eps)
-        if self.cfg.layer_is_attention[i]:
-            x = x + self._attention(i, h, state, write=True)
+        L = self.records[i]
+        h = rms_norm(x, L.norm, self.cfg.rms_eps)
+        if isinstance(L, AttentionLayer):
+            x = x + self._attention(L, h, state, write=True)
         else:
-            x = x + self._gdn_causal(i, h, state)
-        return self.moe_block(i, x, None)[0]
+            x = x + self._gdn_causal(L, h, state)
+        return self.moe_block(L, x, None)[0]
 
     def preview_layer(self, i: int, x: torch.Tensor, state: SequenceState, mode: str,
                       coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
-        h = rms_norm(x, self._vec(f"blk.{i}.attn_norm.weight"), self.cfg.rms_eps)
-        if self.cfg.layer_is_attention[i]:
-            x = x + self._attention(i, h, state, write=False)
+        L = self.records[i]
+        h = rms_norm(x, L.norm, self.cfg.rms_eps)
+        if isinstance(L, AttentionLayer):
+            x = x + self._attention(L, h, state, write=False)
         elif mode == "clover":
-            x = x + self._gdn_clover(i, h, state)
+            x = x + self._gdn_clover(L, h, state)
         else:
-            x = x + self._gdn_causal(i, h, state, write=False)
-        return self.moe_block(i, x, coreset)
+            x = x + self._gdn_causal(L, h, state, write=False)
+        return self.moe_block(L, x, coreset)
 
     def logits(self, x: torch.Tensor) -> np.ndarray:
         """The LM head on the device; float32 logits on the host."""
-        h = rms_norm(x, self._vec("output_norm.weight"), self.cfg.rms_eps)
-        return self.host(self._mm(self.head, h))
+        h = rms_norm(x, self.head.norm, self.cfg.rms_eps)
+        return self.host(_mm(self.head.matrix, h))
 
     # -- attention ------------------------------------------------------------------------------
-    def _attention(self, i: int, h: torch.Tensor, state: SequenceState, write: bool) -> torch.Tensor:
-        cfg, p = self.cfg, f"blk.{i}."
+    def _attention(self, L: AttentionLayer, h: torch.Tensor, state: SequenceState, write: bool) -> torch.Tensor:
+        cfg = self.cfg
         n, hd, pos0 = h.shape[0], cfg.head_dim, state.n_past
         nq, nk = cfg.n_head * hd * 2, cfg.n_head_kv * hd
-        if p + "attn_qkv.weight" in self.group:
-            qkv = self._mm(p + "attn_qkv.weight", h)
+        if L.qkv is not None:
+            qkv = _mm(L.qkv, h)
             qg, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
         else:
-            qg, k, v = (self._mm(p + s, h) for s in ("attn_q.weight", "attn_k.weight", "attn_v.weight"))
+            qg, k, v = (_mm(m, h) for m in (L.q, L.k, L.v))
         qg = qg.reshape(n, cfg.n_head, 2 * hd)
         cos, sin = (self.put(t) for t in rope_tables(np.arange(pos0, pos0 + n), cfg.rope_dim, cfg.rope_base))
-        q = _rope(rms_norm(qg[..., :hd], self._vec(p + "attn_q_norm.weight"), cfg.rms_eps), cos, sin)
+        q = _rope(rms_norm(qg[..., :hd], L.q_norm, cfg.rms_eps), cos, sin)
         gate = qg[..., hd:].reshape(n, cfg.n_head * hd)
-        k = _rope(rms_norm(k.reshape(n, cfg.n_head_kv, hd), self._vec(p + "attn_k_norm.weight"), cfg.rms_eps),
-                  cos, sin).transpose(0, 1)
+        k = _rope(rms_norm(k.reshape(n, cfg.n_head_kv, hd), L.k_norm, cfg.rms_eps), cos, sin).transpose(0, 1)
         v = v.reshape(n, cfg.n_head_kv, cfg.head_dim_v).transpose(0, 1)
-        kc, vc = state.kv(i)
+        kc, vc = state.kv(L.index)
         if write:
             kc[:, pos0:pos0 + n], vc[:, pos0:pos0 + n] = k, v
             keys, values = kc[:, :pos0 + n], vc[:, :pos0 + n]
@@ -150,14 +143,13 @@ class DeviceLayers:
             keys, values = torch.cat([kc[:, :pos0], k], dim=1), torch.cat([vc[:, :pos0], v], dim=1)
             allowed = None
         o = _attend(q, keys, values, allowed)
-        return self._mm(p + "attn_output.weight", o.reshape(n, -1) * torch.sigmoid(gate))
+        return _mm(L.output, o.reshape(n, -1) * torch.sigmoid(gate))
 
     # -- Gated DeltaNet -------------------------------------------------------------------------
-    def _gdn_inputs(self, i: int, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        cfg, p = self.cfg, f"blk.{i}."
-        u, z, b, a = (self._mm(p + s, h) for s in ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight",
-                                                    "ssm_alpha.weight"))
-        g = self._vec(p + "ssm_a") * softplus(a + self._vec(p + "ssm_dt.bias"))
+    def _gdn_inputs(self, L: DeltaNetLayer, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        cfg = self.cfg
+        u, z, b, a = (_mm(m, h) for m in (L.qkv, L.z, L.beta, L.alpha))
+        g = L.a * softplus(a + L.dt_bias)
         return u, z.reshape(h.shape[0], cfg.ssm_v_heads, cfg.ssm_v_dim), torch.sigmoid(b), g
 
     def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -170,14 +162,14 @@ class DeviceLayers:
         k = l2_norm(x[:, nk * dk:2 * nk * dk].reshape(n, nk, dk))
         return q[:, tile], k[:, tile], x[:, 2 * nk * dk:].reshape(n, nv, cfg.ssm_v_dim)
 
-    def _gdn_out(self, i: int, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        y = rms_norm(o, self._vec(f"blk.{i}.ssm_norm.weight"), self.cfg.rms_eps) * torch.nn.functional.silu(z)
-        return self._mm(f"blk.{i}.ssm_out.weight", y.reshape(o.shape[0], -1))
+    def _gdn_out(self, L: DeltaNetLayer, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        y = rms_norm(o, L.ssm_norm, self.cfg.rms_eps) * torch.nn.functional.silu(z)
+        return _mm(L.out, y.reshape(o.shape[0], -1))
 
-    def _gdn_causal(self, i: int, h: torch.Tensor, state: SequenceState, write: bool = True) -> torch.Tensor:
-        u, z, beta, g = self._gdn_inputs(i, h)
-        ring, s = state.gdn(i)
-        taps = self._t(f"blk.{i}.ssm_conv1d.weight")
+    def _gdn_causal(self, L: DeltaNetLayer, h: torch.Tensor, state: SequenceState, write: bool = True) -> torch.Tensor:
+        u, z, beta, g = self._gdn_inputs(L, h)
+        ring, s = state.gdn(L.index)
+        taps = L.conv
         xx = torch.cat([ring, u])
         n, kernel = h.shape[0], taps.shape[1]
         x = sum(xx[j:j + n] * taps[:, j] for j in range(kernel))
@@ -187,64 +179,86 @@ class DeviceLayers:
         if write:
             ring.copy_(xx[xx.shape[0] - ring.shape[0]:])
             s.copy_(s_new)
-        return self._gdn_out(i, o, z)
+        return self._gdn_out(L, o, z)
 
-    def _gdn_clover(self, i: int, h: torch.Tensor, state: SequenceState) -> torch.Tensor:
+    def _gdn_clover(self, L: DeltaNetLayer, h: torch.Tensor, state: SequenceState) -> torch.Tensor:
         """The preview operator of `engine.gdn.clover_mix` (our reading of the vendor's)."""
-        p, n = f"blk.{i}.", h.shape[0]
-        u, z, _, _ = self._gdn_inputs(i, h)
-        ring, s = state.gdn(i)
-        taps, right = self._t(p + "ssm_conv1d.weight"), self._t(p + "ssm_conv1d_right.weight")
+        n, c = h.shape[0], L.clover
+        u, z, _, _ = self._gdn_inputs(L, h)
+        ring, s = state.gdn(L.index)
+        taps, right = L.conv, c.conv_right
         xx = torch.cat([ring, u])
         x = sum(xx[j:j + n] * taps[:, j] for j in range(taps.shape[1]))
         for j in range(1, right.shape[1] + 1):  # look-ahead: column j-1 multiplies row t+j
             if j < n:
                 x[:n - j] += u[j:] * right[:, j - 1]
         q, k, v = self._heads(x)
-        nv = self.cfg.ssm_v_heads
-        scale, bias, c = (self._vec(p + t).expand(nv) for t in ("ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c"))
         Q, K, V = (t.transpose(0, 1) for t in (q, k, v))  # (heads, n, d)
         hist = Q @ s
-        logits = (Q @ K.transpose(1, 2)) * scale[:, None, None]
-        hist_logit = bias[:, None] + c[:, None] * torch.linalg.vector_norm(hist, dim=-1)
+        logits = (Q @ K.transpose(1, 2)) * c.scale[:, None, None]
+        hist_logit = c.hist_bias[:, None] + c.hist_c[:, None] * torch.linalg.vector_norm(hist, dim=-1)
         p_all = torch.softmax(torch.cat([logits, hist_logit[..., None]], dim=-1), dim=-1)
         o = p_all[..., :n] @ V + p_all[..., n:] * hist
-        return self._gdn_out(i, o.transpose(0, 1), z)
+        return self._gdn_out(L, o.transpose(0, 1), z)
 
     # -- MoE ------------------------------------------------------------------------------------
-    def moe_block(self, i: int, x: torch.Tensor, coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
+    def moe_block(self, L: Layer, x: torch.Tensor, coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
         """x + MoE(RMSNorm(x)), and the distinct experts used."""
-        cfg, p = self.cfg, f"blk.{i}."
-        h = rms_norm(x, self._vec(p + "post_attention_norm.weight"), cfg.rms_eps)
-        probs = self.host(torch.softmax(self._mm(p + "ffn_gate_inp.weight", h), dim=-1))
+        cfg, m = self.cfg, L.moe
+        h = rms_norm(x, m.norm, cfg.rms_eps)
+        probs = self.host(torch.softmax(_mm(m.router, h), dim=-1))
         routing = host_moe.top_k(probs, cfg.n_expert_used)
         if coreset is not None:
             routing = host_moe.top_k(probs, cfg.n_expert_used, host_moe.coreset(routing, coreset))
-        out = self._experts(i, h, routing)
-        if cfg.shared_ff and self.w.has(p + "ffn_down_shexp.weight"):
-            gate, up = self._mm(p + "ffn_gate_shexp.weight", h), self._mm(p + "ffn_up_shexp.weight", h)
-            act = torch.nn.functional.silu(gate) * up
-            shared = self._mm(p + "ffn_down_shexp.weight", act)
-            if self.w.has(p + "ffn_gate_inp_shexp.weight"):
-                shared = shared * torch.sigmoid(h @ self._vec(p + "ffn_gate_inp_shexp.weight"))[:, None]
+        out = self._experts(L, h, routing)
+        if m.shared_down is not None:
+            act = torch.nn.functional.silu(_mm(m.shared_gate, h)) * _mm(m.shared_up, h)
+            shared = _mm(m.shared_down, act)
+            if m.shared_gate_inp is not None:
+                shared = shared * torch.sigmoid(h @ m.shared_gate_inp)[:, None]
             out = out + shared
         return x + out, np.unique(routing.ids)
 
-    def _experts(self, i: int, h: torch.Tensor, routing: Routing) -> torch.Tensor:
-        p, f = f"blk.{i}.", self.cfg.expert_ff
-        down_name = p + "ffn_down_exps.weight"
-        if down_name not in self.group:  # --cpu-moe / --n-cpu-moe: the CPU kernels
-            return self.put(host_moe.experts(self.w, self.cfg, i, self.host(h), routing))
+    def _experts(self, L: Layer, h: torch.Tensor, routing: Routing) -> torch.Tensor:
+        m, f = L.moe, self.cfg.expert_ff
+        if m.down is None:  # --cpu-moe / --n-cpu-moe: the CPU kernels
+            return self.put(host_moe.experts(self.w, self.cfg, self.host_layers[L.index].moe, self.host(h), routing))
         ids = torch.from_numpy(routing.ids).to(self.device)
-        if p + "ffn_gate_up_exps.weight" in self.group:
-            gu = self.group.matrices[p + "ffn_gate_up_exps.weight"].moe(h, ids).to(F32)
+        if m.gate_up is not None:
+            gu = m.gate_up.moe(h, ids).to(F32)
             gate, up = gu[..., :f], gu[..., f:]
         else:
-            gate, up = (self.group.matrices[p + s].moe(h, ids).to(F32)
-                        for s in ("ffn_gate_exps.weight", "ffn_up_exps.weight"))
-        down = self.group.matrices[down_name].moe(torch.nn.functional.silu(gate) * up, ids).to(F32)
+            gate, up = (mat.moe(h, ids).to(F32) for mat in (m.gate, m.up))
+        down = m.down.moe(torch.nn.functional.silu(gate) * up, ids).to(F32)
         weights = torch.from_numpy(routing.weights).to(self.device)
         return (weights[:, None, :] @ down)[:, 0]
+
+
+class _DeviceBinder:
+    """Binds the engine's layer records (`engine.layers`) with this device's tensors: the matrices
+    the group holds (None for one left in system memory) and small tensors copied once."""
+
+    def __init__(self, layers: DeviceLayers) -> None:
+        self.layers = layers
+
+    def has(self, name: str) -> bool:
+        return self.layers.w.has(name)
+
+    def matrix(self, name: str) -> Any:
+        return self.layers.group.matrices.get(name)
+
+    def vector(self, name: str) -> torch.Tensor:
+        return self.layers.put(self.layers.w.vector(name))
+
+    def table(self, name: str) -> torch.Tensor:
+        return self.layers.put(self.layers.w.table(name))
+
+    def per_head(self, name: str, n_heads: int) -> torch.Tensor:
+        return self.layers.put(self.layers.w.per_head(name, n_heads))
+
+
+def _mm(m: Any, x: torch.Tensor) -> torch.Tensor:
+    return m.matmul(x).to(F32)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

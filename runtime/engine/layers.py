@@ -1,0 +1,178 @@
+"""Each layer's weights bound once at load, as typed records: the forward looks nothing up by name.
+
+A record holds what its layer's maths needs: product handles for the matrices (`Weights.matrix`:
+the compiled kernels' prepared views, the numpy path's cached dequantization, or a device's) and
+float32 vectors for the norms, gates and conv taps. `bind_layers` fills them from a `Binder`; the
+host engine binds from its `Weights`, the torch backend binds the same records with device
+tensors (`torch_backend.layers`), so both read one description of where each tensor goes. Tensor
+names are formatted here and nowhere else in the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..model_config import ModelConfig
+
+CLOVER_TENSORS = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")
+
+
+class Binder(Protocol):
+    """Where a record's tensors come from: product handles and small float32 tensors."""
+
+    def has(self, name: str) -> bool: ...
+
+    def matrix(self, name: str) -> Any: ...
+
+    def vector(self, name: str) -> Any: ...
+
+    def table(self, name: str) -> Any: ...
+
+    def per_head(self, name: str, n_heads: int) -> Any: ...
+
+
+@dataclass(frozen=True)
+class MoE:
+    """Routed experts (softmax top-k over `router`) plus the sigmoid-gated shared expert."""
+
+    norm: Any  # post_attention_norm (hidden,)
+    router: Any  # (n_expert, hidden)
+    gate_up: Any  # fused (n_expert, 2 * expert_ff, hidden), or None when gate and up are apart
+    gate: Any
+    up: Any
+    down: Any  # (n_expert, hidden, expert_ff)
+    shared_gate: Any  # None when the layer has no shared expert
+    shared_up: Any
+    shared_down: Any
+    shared_gate_inp: Any  # (hidden,) sigmoid gate of the shared expert, or None
+    down_name: str  # where the routed experts live decides the device path (--cpu-moe)
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """Gated full attention: q (with its output gate), k, v, their norms, the output projection."""
+
+    index: int
+    norm: Any  # attn_norm (hidden,)
+    qkv: Any  # fused projection, or None when q, k, v are apart
+    q: Any
+    k: Any
+    v: Any
+    q_norm: Any  # (head_dim,)
+    k_norm: Any
+    output: Any
+    moe: MoE
+
+
+@dataclass(frozen=True)
+class CloverPreview:
+    """The Clover-only tensors of a GDN layer's preview operator (`gdn.clover_mix`)."""
+
+    conv_right: Any  # (conv_dim, 3): column j-1 multiplies row t+j
+    scale: Any  # (v_heads,)
+    hist_bias: Any
+    hist_c: Any
+
+
+@dataclass(frozen=True)
+class DeltaNetLayer:
+    """Gated DeltaNet: q|k|v, z, beta and alpha projections, the conv taps, the gated norm, out."""
+
+    index: int
+    norm: Any  # attn_norm (hidden,)
+    qkv: Any  # (conv_dim, hidden)
+    z: Any  # attn_gate (v_heads * v_dim, hidden)
+    beta: Any
+    alpha: Any
+    dt_bias: Any  # (v_heads,)
+    a: Any  # ssm_a (v_heads,), negative
+    conv: Any  # (conv_dim, kernel)
+    ssm_norm: Any  # (v_dim,)
+    out: Any
+    clover: CloverPreview | None  # None when the file lacks the Clover-only tensors
+    moe: MoE
+
+
+Layer = AttentionLayer | DeltaNetLayer
+
+
+@dataclass(frozen=True)
+class Head:
+    """The final norm and the LM head (the embedding itself when the output is tied)."""
+
+    norm: Any
+    matrix: Any
+    tied: bool
+
+
+def _opt(b: Binder, name: str) -> Any:
+    return b.matrix(name) if b.has(name) else None
+
+
+def bind_moe(b: Binder, cfg: ModelConfig, i: int) -> MoE:
+    p = f"blk.{i}."
+    fused = b.has(p + "ffn_gate_up_exps.weight")
+    shared = bool(cfg.shared_ff) and b.has(p + "ffn_down_shexp.weight")
+    return MoE(
+        norm=b.vector(p + "post_attention_norm.weight"),
+        router=b.matrix(p + "ffn_gate_inp.weight"),
+        gate_up=b.matrix(p + "ffn_gate_up_exps.weight") if fused else None,
+        gate=None if fused else b.matrix(p + "ffn_gate_exps.weight"),
+        up=None if fused else b.matrix(p + "ffn_up_exps.weight"),
+        down=b.matrix(p + "ffn_down_exps.weight"),
+        shared_gate=b.matrix(p + "ffn_gate_shexp.weight") if shared else None,
+        shared_up=b.matrix(p + "ffn_up_shexp.weight") if shared else None,
+        shared_down=b.matrix(p + "ffn_down_shexp.weight") if shared else None,
+        shared_gate_inp=b.vector(p + "ffn_gate_inp_shexp.weight") if shared and b.has(
+            p + "ffn_gate_inp_shexp.weight") else None,
+        down_name=p + "ffn_down_exps.weight",
+    )
+
+
+def bind_attention(b: Binder, cfg: ModelConfig, i: int) -> AttentionLayer:
+    p = f"blk.{i}."
+    fused = b.has(p + "attn_qkv.weight")
+    return AttentionLayer(
+        index=i, norm=b.vector(p + "attn_norm.weight"),
+        qkv=b.matrix(p + "attn_qkv.weight") if fused else None,
+        q=None if fused else b.matrix(p + "attn_q.weight"),
+        k=None if fused else b.matrix(p + "attn_k.weight"),
+        v=None if fused else b.matrix(p + "attn_v.weight"),
+        q_norm=b.vector(p + "attn_q_norm.weight"), k_norm=b.vector(p + "attn_k_norm.weight"),
+        output=b.matrix(p + "attn_output.weight"), moe=bind_moe(b, cfg, i))
+
+
+def has_clover_tensors(b: Binder, i: int) -> bool:
+    return all(b.has(f"blk.{i}.{t}") for t in CLOVER_TENSORS)
+
+
+def bind_deltanet(b: Binder, cfg: ModelConfig, i: int) -> DeltaNetLayer:
+    p = f"blk.{i}."
+    nv = cfg.ssm_v_heads
+    clover = CloverPreview(
+        conv_right=b.table(p + "ssm_conv1d_right.weight"), scale=b.per_head(p + "ssm_bd_scale", nv),
+        hist_bias=b.per_head(p + "ssm_bd_hist_bias", nv), hist_c=b.per_head(p + "ssm_bd_hist_c", nv),
+    ) if has_clover_tensors(b, i) else None
+    return DeltaNetLayer(
+        index=i, norm=b.vector(p + "attn_norm.weight"),
+        qkv=b.matrix(p + "attn_qkv.weight"), z=b.matrix(p + "attn_gate.weight"),
+        beta=b.matrix(p + "ssm_beta.weight"), alpha=b.matrix(p + "ssm_alpha.weight"),
+        dt_bias=b.vector(p + "ssm_dt.bias"), a=b.vector(p + "ssm_a"), conv=b.table(p + "ssm_conv1d.weight"),
+        ssm_norm=b.vector(p + "ssm_norm.weight"), out=b.matrix(p + "ssm_out.weight"),
+        clover=clover, moe=bind_moe(b, cfg, i))
+
+
+def bind_layer(b: Binder, cfg: ModelConfig, i: int) -> Layer:
+    return bind_attention(b, cfg, i) if cfg.layer_is_attention[i] else bind_deltanet(b, cfg, i)
+
+
+def bind_layers(b: Binder, cfg: ModelConfig, layers: Any = None) -> dict[int, Layer]:
+    """Records for `layers` (default: all of the model's), keyed by layer index."""
+    indices = range(cfg.n_layer) if layers is None else sorted(layers)
+    return {i: bind_layer(b, cfg, i) for i in indices}
+
+
+def bind_head(b: Binder) -> Head:
+    tied = not b.has("output.weight")
+    return Head(b.vector("output_norm.weight"), b.matrix("token_embd.weight" if tied else "output.weight"), tied)
