@@ -247,3 +247,12 @@ def edit_bytes(path: Path, offset: int, data: bytes) -> None:
     with open(path, "r+b") as fh:
         fh.seek(offset)
         fh.write(data)
+
+
+def expected_verdict(estimate: dict, available: int, margin: int = 1 << 30) -> str:
+    """The fit verdict by the documented rule (1 GiB kept free): resident when everything fits,
+    paging when all but the mapped weights fit, else no fit."""
+    if estimate["total"] + margin <= available:
+        return "fits"
+    without_weights = estimate["total"] - estimate["weights"]
+    return "fits with paging" if without_weights + margin <= available else "does not fit"
