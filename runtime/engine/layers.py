@@ -36,6 +36,7 @@ class Binder(Protocol):
 class MoE:
     """Routed experts (softmax top-k over `router`) plus the sigmoid-gated shared expert."""
 
+    index: int  # the layer's
     norm: Any  # post_attention_norm (hidden,)
     router: Any  # (n_expert, hidden)
     gate_up: Any  # fused (n_expert, 2 * expert_ff, hidden), or None when gate and up are apart
@@ -46,7 +47,6 @@ class MoE:
     shared_up: Any
     shared_down: Any
     shared_gate_inp: Any  # (hidden,) sigmoid gate of the shared expert, or None
-    down_name: str  # where the routed experts live decides the device path (--cpu-moe)
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ def bind_moe(b: Binder, cfg: ModelConfig, i: int) -> MoE:
     fused = b.has(p + "ffn_gate_up_exps.weight")
     shared = bool(cfg.shared_ff) and b.has(p + "ffn_down_shexp.weight")
     return MoE(
-        norm=b.vector(p + "post_attention_norm.weight"),
+        index=i, norm=b.vector(p + "post_attention_norm.weight"),
         router=b.matrix(p + "ffn_gate_inp.weight"),
         gate_up=b.matrix(p + "ffn_gate_up_exps.weight") if fused else None,
         gate=None if fused else b.matrix(p + "ffn_gate_exps.weight"),
@@ -126,7 +126,6 @@ def bind_moe(b: Binder, cfg: ModelConfig, i: int) -> MoE:
         shared_down=b.matrix(p + "ffn_down_shexp.weight") if shared else None,
         shared_gate_inp=b.vector(p + "ffn_gate_inp_shexp.weight") if shared and b.has(
             p + "ffn_gate_inp_shexp.weight") else None,
-        down_name=p + "ffn_down_exps.weight",
     )
 
 

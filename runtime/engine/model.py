@@ -16,9 +16,9 @@ from ..errors import CloverError, ContextLengthError
 from ..gguf_file import GGUFModelFile, open_gguf
 from ..model_config import ModelConfig, describe
 from ..offload import OffloadRequest
-from . import attention, gdn
+from . import attention, gdn, steps
 from .align import chunk_bounds
-from .layers import AttentionLayer, Head, Layer, bind_head, bind_layers
+from .layers import AttentionLayer, DeltaNetLayer, Head, Layer, MoE, bind_head, bind_layers
 from .moe import moe
 from .ops import rms_norm
 from .state import SequenceState
@@ -48,6 +48,7 @@ class Model:
         self.prefill_chunk = PREFILL_CHUNK
         self.layers: dict[int, Layer] = bind_layers(weights, config)
         self.head: Head = bind_head(weights)
+        self.ops = HostOps(weights, config)
         self.has_clover_tensors = bool(config.gdn_layers) and all(
             self.layers[i].clover is not None for i in config.gdn_layers)
         # layers (and the head) whose maths and state live on a torch device (`-ngl`), or None
@@ -157,17 +158,9 @@ class Model:
         dev = self.device_layers
         for i in range(cfg.n_layer):
             if dev is not None and dev.runs(i):
-                x, experts = dev.preview_layer(i, dev.put(x), state, mode, expert_coreset)
-                used.append(len(experts))
-                continue
-            x = self._host(x)
-            L = self.layers[i]
-            h = rms_norm(x, L.norm, cfg.rms_eps)
-            if isinstance(L, AttentionLayer):
-                x = x + attention.preview(self.weights, cfg, L, h, state)
+                x, experts = steps.preview_layer(dev, dev.records[i], dev.put(x), state, mode, expert_coreset)
             else:
-                x = x + gdn.preview(self.weights, cfg, L, h, state, mode)
-            x, experts = self._moe(L, x, expert_coreset)
+                x, experts = steps.preview_layer(self.ops, self.layers[i], self._host(x), state, mode, expert_coreset)
             used.append(len(experts))
         rows = np.arange(n) if logit_rows is None else np.asarray(logit_rows, dtype=np.int64).reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= n):
@@ -195,11 +188,6 @@ class Model:
     def _embed(self, ids: np.ndarray) -> np.ndarray:
         return np.array(self.weights.rows("token_embd.weight", ids), dtype=np.float32)
 
-    def _moe(self, L: Layer, x: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
-        h = rms_norm(x, L.moe.norm, self.config.rms_eps)
-        out, experts = moe(self.weights, self.config, L.moe, h, coreset)
-        return x + out, experts
-
     def _host(self, x: Any) -> np.ndarray:
         """Rows on the host (they come back from a device layer as a torch tensor)."""
         return x if isinstance(x, np.ndarray) else self.device_layers.host(x)
@@ -207,16 +195,8 @@ class Model:
     def _causal_layer(self, i: int, x: Any, state: SequenceState) -> Any:
         dev = self.device_layers
         if dev is not None and dev.runs(i):
-            return dev.causal_layer(i, dev.put(x), state)
-        x = self._host(x)
-        cfg = self.config
-        L = self.layers[i]
-        h = rms_norm(x, L.norm, cfg.rms_eps)
-        if isinstance(L, AttentionLayer):
-            x = x + attention.causal(self.weights, cfg, L, h, state)
-        else:
-            x = x + gdn.causal(self.weights, cfg, L, h, state)
-        return self._moe(L, x, None)[0]
+            return steps.causal_layer(dev, dev.records[i], dev.put(x), state)
+        return steps.causal_layer(self.ops, self.layers[i], self._host(x), state)
 
     def _logits(self, x: Any) -> np.ndarray:
         dev = self.device_layers
@@ -245,6 +225,27 @@ class Model:
         c = self.config
         return (f"Model({c.arch}, {c.n_layer} layers, hidden {c.n_embd}, {c.n_expert} experts, "
                 f"backend={self.backend})")
+
+
+class HostOps:
+    """The layer's ops on the host (`engine.steps`): numpy, and the compiled kernels through `Weights`."""
+
+    def __init__(self, weights: Weights, config: ModelConfig) -> None:
+        self.w, self.cfg = weights, config
+
+    def norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return rms_norm(x, weight, self.cfg.rms_eps)
+
+    def attention(self, L: AttentionLayer, h: np.ndarray, state: SequenceState, write: bool) -> np.ndarray:
+        return (attention.causal if write else attention.preview)(self.w, self.cfg, L, h, state)
+
+    def deltanet(self, L: DeltaNetLayer, h: np.ndarray, state: SequenceState, preview: str | None) -> np.ndarray:
+        if preview is None:
+            return gdn.causal(self.w, self.cfg, L, h, state)
+        return gdn.preview(self.w, self.cfg, L, h, state, preview)
+
+    def moe(self, m: MoE, h: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
+        return moe(self.w, self.cfg, m, h, coreset)
 
 
 def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",

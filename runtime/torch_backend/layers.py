@@ -23,7 +23,7 @@ import torch
 from ..engine import moe as host_moe
 from ..engine.attention import rope_tables
 from ..engine.gdn import CHUNK, RECURRENT_MAX_ROWS
-from ..engine.layers import AttentionLayer, DeltaNetLayer, Layer, bind_head, bind_layers
+from ..engine.layers import AttentionLayer, DeltaNetLayer, Layer, MoE, bind_head, bind_layers
 from ..engine.moe import Routing
 from ..engine.state import SequenceState
 from ..engine.weights import Weights
@@ -90,27 +90,17 @@ class DeviceLayers:
         """Move this device's layers' arrays of a fresh `state` onto the device."""
         state.relocate(self.layers, lambda a: torch.from_numpy(a).to(self.device))
 
-    # -- the layer ------------------------------------------------------------------------------
-    def causal_layer(self, i: int, x: torch.Tensor, state: SequenceState) -> torch.Tensor:
-        L = self.records[i]
-        h = rms_norm(x, L.norm, self.cfg.rms_eps)
-        if isinstance(L, AttentionLayer):
-            x = x + self._attention(L, h, state, write=True)
-        else:
-            x = x + self._gdn_causal(L, h, state)
-        return self.moe_block(L, x, None)[0]
+    # -- the layer's ops (engine.steps runs the layer) ---------------------------------------------
+    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, weight, self.cfg.rms_eps)
 
-    def preview_layer(self, i: int, x: torch.Tensor, state: SequenceState, mode: str,
-                      coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
-        L = self.records[i]
-        h = rms_norm(x, L.norm, self.cfg.rms_eps)
-        if isinstance(L, AttentionLayer):
-            x = x + self._attention(L, h, state, write=False)
-        elif mode == "clover":
-            x = x + self._gdn_clover(L, h, state)
-        else:
-            x = x + self._gdn_causal(L, h, state, write=False)
-        return self.moe_block(L, x, coreset)
+    def attention(self, L: AttentionLayer, h: torch.Tensor, state: SequenceState, write: bool) -> torch.Tensor:
+        return self._attention(L, h, state, write)
+
+    def deltanet(self, L: DeltaNetLayer, h: torch.Tensor, state: SequenceState, preview: str | None) -> torch.Tensor:
+        if preview == "clover":
+            return self._gdn_clover(L, h, state)
+        return self._gdn_causal(L, h, state, write=preview is None)
 
     def logits(self, x: torch.Tensor) -> np.ndarray:
         """The LM head on the device; float32 logits on the host."""
@@ -202,27 +192,26 @@ class DeviceLayers:
         return self._gdn_out(L, o.transpose(0, 1), z)
 
     # -- MoE ------------------------------------------------------------------------------------
-    def moe_block(self, L: Layer, x: torch.Tensor, coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
-        """x + MoE(RMSNorm(x)), and the distinct experts used."""
-        cfg, m = self.cfg, L.moe
-        h = rms_norm(x, m.norm, cfg.rms_eps)
+    def moe(self, m: MoE, h: torch.Tensor, coreset: int | None) -> tuple[torch.Tensor, np.ndarray]:
+        """MoE(h) and the distinct experts used."""
+        cfg = self.cfg
         probs = self.host(torch.softmax(_mm(m.router, h), dim=-1))
         routing = host_moe.top_k(probs, cfg.n_expert_used)
         if coreset is not None:
             routing = host_moe.top_k(probs, cfg.n_expert_used, host_moe.coreset(routing, coreset))
-        out = self._experts(L, h, routing)
+        out = self._experts(m, h, routing)
         if m.shared_down is not None:
             act = torch.nn.functional.silu(_mm(m.shared_gate, h)) * _mm(m.shared_up, h)
             shared = _mm(m.shared_down, act)
             if m.shared_gate_inp is not None:
                 shared = shared * torch.sigmoid(h @ m.shared_gate_inp)[:, None]
             out = out + shared
-        return x + out, np.unique(routing.ids)
+        return out, np.unique(routing.ids)
 
-    def _experts(self, L: Layer, h: torch.Tensor, routing: Routing) -> torch.Tensor:
-        m, f = L.moe, self.cfg.expert_ff
+    def _experts(self, m: MoE, h: torch.Tensor, routing: Routing) -> torch.Tensor:
+        f = self.cfg.expert_ff
         if m.down is None:  # --cpu-moe / --n-cpu-moe: the CPU kernels
-            return self.put(host_moe.experts(self.w, self.cfg, self.host_layers[L.index].moe, self.host(h), routing))
+            return self.put(host_moe.experts(self.w, self.cfg, self.host_layers[m.index].moe, self.host(h), routing))
         ids = torch.from_numpy(routing.ids).to(self.device)
         if m.gate_up is not None:
             gu = m.gate_up.moe(h, ids).to(F32)
