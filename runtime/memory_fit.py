@@ -16,10 +16,8 @@ from typing import Any, NamedTuple
 
 from .model_config import ModelConfig
 from .offload import DEVICE_RESERVE, Placement, fit_experts, fit_layers
+from .sizes import GiB, MiB, size_text
 
-KiB = 1 << 10
-MiB = 1 << 20
-GiB = 1 << 30
 DEFAULT_MARGIN = GiB
 DEFAULT_UBATCH = 512
 DEFAULT_CTX = 16384  # -c when not given: the advertised 131,072 would cost every user its whole KV cache
@@ -231,16 +229,6 @@ def probe_system(*, gpus: bool = True) -> SystemMemory:
 
     vm = psutil.virtual_memory()
     return SystemMemory(int(vm.total), int(vm.available), nvidia_gpus() if gpus else [])
-
-
-def size_text(n: float) -> str:
-    """Bytes in the largest unit that keeps a digit before the point: '22.3 GiB', '310.5 MiB', '96.0 KiB'.
-
-    A tiny model must not read "needs 0.0 GiB"."""
-    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{int(n)} bytes"
 
 
 def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int,

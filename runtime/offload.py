@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .sizes import size_text
+
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 AUTO = -1  # n_gpu_layers: as many as fit
 DEVICE_RESERVE = 512 << 20  # bytes of device memory left free for decode tiles and the runtime
@@ -191,7 +193,6 @@ def parse_gpu_layers(value: str | int | None) -> int:
 
 def describe(placement: Placement | None, device_name: str, n_layer: int) -> str:
     """One line for banners and bench: where the weights run."""
-    from .memory_fit import size_text  # memory_fit reads placements too: imported where used
     if placement is None or not placement.any:
         return "CPU only"
     layers = min(placement.n_gpu_layers, n_layer)

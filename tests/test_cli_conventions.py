@@ -155,7 +155,7 @@ def test_the_verdict_names_its_margin(model: str) -> None:
 
 
 def test_sizes_keep_a_digit_before_the_point(model: str, tmp_path: Path) -> None:
-    from clover_runtime.memory_fit import size_text
+    from clover_runtime.sizes import size_text
 
     assert [size_text(n) for n in (512, 1536, 3 << 20, 22.3 * (1 << 30))] == [
         "512 bytes", "1.5 KiB", "3.0 MiB", "22.3 GiB"]
