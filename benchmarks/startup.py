@@ -83,7 +83,7 @@ def _phases(model: Path) -> dict[str, float]:
     from clover_runtime import kernels  # noqa: F401
 
     mark("import the kernels (numba)")
-    from clover_runtime.engine import load_model
+    from clover_runtime.loader import load_model
 
     engine = load_model(model)
     mark("load the model (header again, weights)")

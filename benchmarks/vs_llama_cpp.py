@@ -61,7 +61,7 @@ class _PeakRss:
 
 def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backend: str,
             exact: bool = False, depth: int = 0) -> dict:
-    from clover_runtime.engine import load_model
+    from clover_runtime.loader import load_model
 
     model = load_model(path, n_threads=threads, backend=backend, exact_kernels=exact)
     n_ctx = depth + max(n_prompt, n_gen) + 8

@@ -116,7 +116,7 @@ def _resolve(name: str, offline: bool) -> str:
 def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact_kernels: bool,  # noqa: ANN001
              offload) -> list[dict]:  # noqa: ANN001
     from clover_runtime.bench import model_facts, placement_fields, records, run_tests
-    from clover_runtime.engine import load_model
+    from clover_runtime.loader import load_model
 
     from .model_setup import compile_first_run
 

@@ -12,7 +12,7 @@ __all__ = ["load_model"]
 
 def __getattr__(name: str) -> Any:
     if name == "load_model":
-        from .engine import load_model
+        from .loader import load_model
 
         return load_model
     raise AttributeError(f"module 'clover_runtime' has no attribute {name!r}")

@@ -343,7 +343,7 @@ def load_chat(model_ref: str | Path, *, n_ctx: int | None = None, chat_template_
               offload: OffloadRequest | None = None) -> ChatSession:
     """Load a model file (or anything `clover_runtime.load_model` resolves) as a chat session;
     `offload` puts weight groups on a GPU (`-ngl`, `--cpu-moe`)."""
-    from .engine import load_model
+    from .loader import load_model
 
     if offload is not None and n_ctx and not offload.n_ctx:  # -ngl auto leaves room for this context
         offload = replace(offload, n_ctx=int(n_ctx))

@@ -8,8 +8,8 @@ import sys
 import numpy as np
 import pytest
 from clover_runtime.decoding import SamplingParams, generate_ar
-from clover_runtime.engine import load_model
 from clover_runtime.errors import CloverError, ModelFileError
+from clover_runtime.loader import load_model
 from engine_models import synth_model, token_ids
 
 

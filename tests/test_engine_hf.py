@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clover_runtime.decoding import generate_ar
-from clover_runtime.engine import load_model
+from clover_runtime.loader import load_model
 from engine_models import oracle_model
 from hf_oracle import random_weights
 

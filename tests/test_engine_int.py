@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from clover_runtime.decoding import generate_ar
-from clover_runtime.engine import load_model
+from clover_runtime.loader import load_model
 from clover_runtime.synth import SynthSpec
 from clover_runtime.vocab import small_vocab
 from decoding_models import successor_overrides

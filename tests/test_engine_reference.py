@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from clover_runtime.engine import load_model
+from clover_runtime.loader import load_model
 from engine_models import assert_logits_close, oracle_model, synth_model, token_ids
 from engine_reference import Reference
 from hf_oracle import ALL_QUANTS

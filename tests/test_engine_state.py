@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from clover_runtime.engine import SequenceState, load_model
+from clover_runtime.engine import SequenceState
 from clover_runtime.errors import CloverError, ContextLengthError
+from clover_runtime.loader import load_model
 from engine_models import assert_logits_close, synth_model, token_ids
 
 

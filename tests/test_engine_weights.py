@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 import pytest
-from clover_runtime.engine import load_model
+from clover_runtime.loader import load_model
 from clover_runtime.quants import dequantize
 from engine_models import synth_model, token_ids
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clover_runtime.engine import load_model
 from clover_runtime.kernel_warmup import compile_kernels, needs_compile
+from clover_runtime.loader import load_model
 from synth_models import tiny_model_path
 
 MESSAGE = "compiling kernels (first run only)"

@@ -59,8 +59,8 @@ def test_one_place_tells_a_path_from_a_hub_id() -> None:
 
 
 def test_every_entry_names_a_missing_file_the_same_way(tmp_path: Path) -> None:
-    from clover_runtime.engine import load_model
     from clover_runtime.hub import open_for_inspect, resolve_model
+    from clover_runtime.loader import load_model
 
     from clover_cli.model_setup import resolve
 
@@ -126,7 +126,7 @@ def test_downloads_report_to_the_caller_and_print_nothing(tmp_path: Path, monkey
 
 def test_load_model_never_touches_the_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Hub name that is not cached fails at once with one clear error; the Hub is never contacted."""
-    from clover_runtime.engine import load_model
+    from clover_runtime.loader import load_model
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

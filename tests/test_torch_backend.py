@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from clover_runtime.engine import load_model  # noqa: E402
+from clover_runtime.loader import load_model  # noqa: E402
 from clover_runtime.offload import OffloadRequest, is_routed_expert, layer_of  # noqa: E402
 from clover_runtime.synth import SynthSpec  # noqa: E402
 from clover_runtime.vocab import small_vocab  # noqa: E402

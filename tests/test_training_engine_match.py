@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clover_runtime.engine.model import load_model
+from clover_runtime.loader import load_model
 from clover_runtime.synth import SynthSpec
 from clover_runtime.synth.writer import write_model
 

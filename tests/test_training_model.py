@@ -23,7 +23,7 @@ import vocab as demo_vocab  # noqa: E402
 from clover_runtime.decoding import policy  # noqa: E402
 from clover_runtime.decoding.diffusion import resolve_mode  # noqa: E402
 from clover_runtime.decoding.params import DecodeParams  # noqa: E402
-from clover_runtime.engine.model import load_model  # noqa: E402
+from clover_runtime.loader import load_model  # noqa: E402
 from clover_runtime.model_config import supports_exact_diffusion  # noqa: E402
 from clover_runtime.synth.writer import write_model  # noqa: E402
 from export import export  # noqa: E402

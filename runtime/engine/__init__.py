@@ -1,6 +1,6 @@
 """The inference engine: the Clover trunk's causal forward, its sequence state and the preview pass."""
 
-from .model import GDN_PREVIEW_MODES, Model, PreviewResult, load_model
+from .model import GDN_PREVIEW_MODES, Model, PreviewResult
 from .state import SequenceState
 from .weights import BACKENDS, Weights
 
@@ -11,5 +11,4 @@ __all__ = [
     "PreviewResult",
     "SequenceState",
     "Weights",
-    "load_model",
 ]

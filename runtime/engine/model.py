@@ -7,15 +7,13 @@ models and the 35B model run through the same code. Activations are float32 thro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import CloverError, ContextLengthError
-from ..gguf_file import GGUFModelFile, open_gguf
-from ..model_config import ModelConfig, describe
-from ..offload import OffloadRequest
+from ..gguf_file import GGUFModelFile
+from ..model_config import ModelConfig
 from . import attention, gdn, steps
 from .align import chunk_bounds
 from .layers import AttentionLayer, DeltaNetLayer, Head, Layer, MoE, bind_head, bind_layers
@@ -51,13 +49,9 @@ class Model:
         self.ops = HostOps(weights, config)
         self.has_clover_tensors = bool(config.gdn_layers) and all(
             self.layers[i].clover is not None for i in config.gdn_layers)
-        # layers (and the head) whose maths and state live on a torch device (`-ngl`), or None
+        # layers (and the head) whose maths and state live on a torch device (`-ngl`), or None:
+        # a `torch_backend.DeviceLayers` the loader (`clover_runtime.loader`) attaches
         self.device_layers: Any = None
-        if weights.device_group is not None:
-            from ..torch_backend.layers import DeviceLayers  # torch: only once a device is in use
-
-            layers = DeviceLayers(weights, config, weights.device_group, self.layers)
-            self.device_layers = layers if layers.layers or layers.head_here else None
 
     # -- properties -----------------------------------------------------------------------------
     @property
@@ -246,33 +240,3 @@ class HostOps:
 
     def moe(self, m: MoE, h: np.ndarray, coreset: int | None) -> tuple[np.ndarray, np.ndarray]:
         return moe(self.w, self.cfg, m, h, coreset)
-
-
-def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
-               cache_bytes: int | None = None, exact_kernels: bool = False,
-               offload: OffloadRequest | None = None) -> Model:
-    """Open a GGUF model (a path, or a reference already in the local cache) for inference.
-
-    `backend`: "numba" (fused quantized kernels), "numpy" (reference path, dequantizes), or
-    "auto" (numba when available). `cache_bytes` bounds the dequantized weights the numpy path
-    keeps (default 512 MiB; 0 with numba). `exact_kernels` keeps numba's float kernels for
-    quantized weights instead of the integer ones (8-bit activations, llama.cpp's method): slower,
-    equal to the numpy path to float32 round-off. `offload` puts weight groups on a GPU through
-    the torch backend (`-ngl`, `--cpu-moe`; None: the CPU only). Raises ModelFileError for unusable files, and
-    HubError for a Hub reference that is not in the cache: this never downloads or touches the network.
-    """
-    from ..hub import resolve_model
-
-    file = open_gguf(resolve_model(path_or_ref, download=False))
-    try:
-        config = describe(file)
-        group = None
-        if offload is not None and offload.wanted:
-            from ..torch_backend.group import open_device_group
-
-            group = open_device_group(file, config, offload)
-        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group)
-    except BaseException:
-        file.close()
-        raise
-    return Model(file, config, weights)
