@@ -210,7 +210,7 @@ def for_llama_cpp(src: Path, dst: Path, sections: tuple[int, ...] = (11, 11, 10,
     """
     import struct
 
-    from clover_runtime.gguf_file import parse_header
+    from clover_runtime.gguf_header import parse_header
 
     with open(src, "rb") as fh:
         buf = fh.read(256 << 20)

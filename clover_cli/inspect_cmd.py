@@ -120,7 +120,7 @@ def _jsonable(value: Any) -> Any:
 
 def metadata_rows(opened: Any) -> list[tuple[str, str | None, int, str, Any]]:
     """(key, value type, element type or None, count, value) like gguf_dump, with its 3 pseudo keys first."""
-    from clover_runtime.gguf_file import VALUE_TYPE_NAMES
+    from clover_runtime.gguf_header import VALUE_TYPE_NAMES
 
     header = opened.headers[0] if getattr(opened, "headers", None) else opened
     n_tensors = len(header.tensors)

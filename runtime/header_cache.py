@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import file_cache
-from .gguf_file import T_ARRAY, T_STRING, GGUFHeader, TensorInfo
+from .gguf_header import T_ARRAY, T_STRING, GGUFHeader, TensorInfo
 
 KIND = "header"
 MIN_HEADER_BYTES = 1 << 20  # smaller headers parse in milliseconds: an entry would only cost a write

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from .errors import ModelFileError
-from .gguf_file import GGUFModelFile, TensorInfo
+from .gguf_file import GGUFModelFile
+from .gguf_header import TensorInfo
 
 SUPPORTED_ARCHITECTURES = ("clover-moe", "qwen35moe", "qwen3next")
 CLOVER_ONLY_SUFFIXES = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")

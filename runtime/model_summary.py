@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .gguf_file import GGUFHeader, TensorInfo
+from .gguf_header import GGUFHeader, TensorInfo
 from .model_config import (
     ModelConfig,
     clover_only_specs,

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clover_runtime.errors import ModelFileError
-from clover_runtime.gguf_file import HeaderTruncated, open_gguf, parse_header
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.gguf_header import HeaderTruncated, parse_header
 from clover_runtime.model_summary import summarize
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader
@@ -219,7 +220,7 @@ def test_real_vocabulary_header_reads_back_the_strings_written(tmp_path_factory)
 def test_string_arrays_decode_as_each_string_alone(items):
     """The one-decode fast path gives exactly what decoding each string alone (with replacement
     characters) gives: invalid bytes, NULs, empty strings and sequences split across strings."""
-    from clover_runtime.gguf_file import _Cursor
+    from clover_runtime.gguf_header import _Cursor
 
     region = b"".join(struct.pack("<Q", len(x)) + x for x in items)
     assert _Cursor(region).string_array(len(items)) == [x.decode("utf-8", "replace") for x in items]

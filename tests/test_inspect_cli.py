@@ -222,7 +222,7 @@ def test_rich_rendering_on_a_terminal(tiny):
 
 def test_json_from_a_bare_header(tiny):
     """The Hub seam: a header parsed from the first bytes of a file gives the same document."""
-    from clover_runtime.gguf_file import parse_header
+    from clover_runtime.gguf_header import parse_header
     from clover_runtime.memory_fit import SystemMemory, fit_report
 
     from clover_cli import inspect_cmd

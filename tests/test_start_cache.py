@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from clover_runtime import file_cache, gguf_file, header_cache
 from clover_runtime.errors import ModelFileError
-from clover_runtime.gguf_file import GGUFHeader, open_gguf, parse_header
+from clover_runtime.gguf_file import open_gguf
+from clover_runtime.gguf_header import GGUFHeader, parse_header
 from clover_runtime.model_config import check_tokenizer_metadata, describe_tensors
 from clover_runtime.tokenizer import Tokenizer
 from synth_models import real_vocab_model_path

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..errors import CloverError
-from ..gguf_file import GGUFModelFile, TensorInfo
+from ..gguf_file import GGUFModelFile
+from ..gguf_header import TensorInfo
 from ..quants import dequantize, dequantize_rows
 from ..quants.formats import F32
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from ..errors import HubError, ModelFileError
-from ..gguf_file import GGUFHeader, HeaderTruncated, HeaderView, TensorInfo, parse_header
+from ..gguf_file import HeaderView
+from ..gguf_header import GGUFHeader, HeaderTruncated, TensorInfo, parse_header
 from . import remote
+from .endpoint import endpoint
 
 FIRST_READ = 1 << 20
 MAX_HEADER = 1 << 30
@@ -65,7 +67,7 @@ def read_range(meta: remote.FileMeta, start: int, end: int, repo: str, token: st
     except Exception as exc:  # noqa: BLE001 - network failures become one line
         err = remote.translate(exc, repo, meta.path)
         if isinstance(err, remote.Unreachable):
-            raise HubError(f"cannot read the header of {meta.path} from {remote.endpoint()} ({err.reason})") from None
+            raise HubError(f"cannot read the header of {meta.path} from {endpoint()} ({err.reason})") from None
         raise err from None
     return bytes(out[skip:skip + want])
 

@@ -6,13 +6,13 @@ which the resolver turns into a cache fallback or a message saying whether a cac
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from ..errors import HubError
 from . import safe_names
+from .endpoint import endpoint
 from .refs import ModelRef
 
 
@@ -52,12 +52,6 @@ class Unreachable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out
-
-
-def endpoint() -> str:
-    """HF_ENDPOINT (a mirror), else MODEL_ENDPOINT (llama.cpp's name), else huggingface.co."""
-    value = os.environ.get("HF_ENDPOINT") or os.environ.get("MODEL_ENDPOINT") or "https://huggingface.co"
-    return value.rstrip("/")
 
 
 def _version() -> str:

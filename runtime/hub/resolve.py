@@ -17,6 +17,7 @@ from ..errors import HubError, ModelFileError
 from . import download as dl
 from . import remote, select
 from .cache import cache_root, find_cached, repo_dir, write_ref
+from .endpoint import endpoint
 from .header import RemoteModel, read_model
 from .progress import Reporter, Silent, human
 from .refs import ModelRef, looks_like_path, parse_model_ref
@@ -81,7 +82,7 @@ def unreachable(ref: ModelRef, reason: str, timed_out: bool = False) -> HubError
     hint = "check the network connection, proxy settings or HF_ENDPOINT"
     if timed_out:
         hint += "; on a slow link wait longer with HF_HUB_ETAG_TIMEOUT=60"
-    return HubError(f"cannot reach the Hub at {remote.endpoint()} ({reason}); no cached copy of {ref} exists",
+    return HubError(f"cannot reach the Hub at {endpoint()} ({reason}); no cached copy of {ref} exists",
                     hint=hint)
 
 
@@ -176,7 +177,7 @@ def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str
         cached = find_cached(ref)
         if cached is None:
             raise unreachable(ref, exc.reason, exc.timed_out) from None
-        bar.warn(f"cannot reach the Hub at {remote.endpoint()} ({exc.reason}); using the cached copy {cached}")
+        bar.warn(f"cannot reach the Hub at {endpoint()} ({exc.reason}); using the cached copy {cached}")
         return cached
     except select.Ambiguous:
         raise

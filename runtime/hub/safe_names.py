@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from ..errors import HubError
+from .endpoint import endpoint
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 _ETAG_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # a git sha1 (small files) or the LFS sha256
@@ -20,8 +21,6 @@ _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 def unsafe(repo: str, what: str, value: object) -> HubError:
     """The one line for a mirror that tried to choose a local path."""
-    from .remote import endpoint
-
     shown = repr(value) if len(repr(value)) <= 120 else repr(value)[:117] + "..."
     return HubError(f"the Hub at {endpoint()} sent an unsafe {what} for {repo}: {shown}; nothing was written",
                     hint="a mirror that sends this is broken or hostile: check HF_ENDPOINT")

@@ -9,7 +9,7 @@ clover can compute with.
 from __future__ import annotations
 
 from ..errors import ModelFileError
-from ..gguf_file import GGML_TYPES
+from ..gguf_header import GGML_TYPES
 
 _IDS = {name: t for t, (name, _, _) in GGML_TYPES.items()}
 F32 = _IDS["F32"]
