@@ -92,7 +92,7 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
     from clover_runtime.demo import demo_path
-    from clover_runtime.reply import Reply
+    from clover_runtime.text.reply import Reply
 
     chat = load_chat(demo_path(), n_ctx=1024, n_threads=threads)
     pairs = demo_corpus.make_corpus(0, arithmetic_pairs=1, repeats=1).held_out_arithmetic

@@ -78,7 +78,7 @@ def conversation(system: str) -> list[list[dict]]:
 
 def one_turn(session, messages: list[dict], cache) -> dict:  # noqa: ANN001
     from clover_runtime.decoding import DecodeParams
-    from clover_runtime.reply import Finished
+    from clover_runtime.text.reply import Finished
 
     params = DecodeParams(decode="ar", max_tokens=1)
     t0 = time.perf_counter()

@@ -30,7 +30,7 @@ PROMPT = "hi"
 def _model_path() -> Path:
     from clover_runtime.paths import cache_dir
     from clover_runtime.synth import SynthSpec, write_model
-    from clover_runtime.vocab import qwen36_vocab
+    from clover_runtime.text.vocab import qwen36_vocab
 
     path = cache_dir() / "bench" / "tiny-realvocab-Q8_0.gguf"
     if not path.exists():
@@ -73,7 +73,7 @@ def _phases(model: Path) -> dict[str, float]:
     mark("import the CLI (typer, rich)")
     from clover_runtime.chat import ChatTemplate
     from clover_runtime.decoding import DecodeParams  # noqa: F401
-    from clover_runtime.tokenizer import Tokenizer
+    from clover_runtime.text.tokenizer import Tokenizer
 
     mark("import the runtime (numpy, chat, decoding)")
     from clover_cli.model_setup import prepare

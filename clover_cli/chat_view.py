@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from clover_runtime.reply import (
+from clover_runtime.text.reply import (
     ContentDelta,
     Finished,
     Progress,

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from clover_runtime.reply import Reply
+from clover_runtime.text.reply import Reply
 from rich.console import Console
 
 from .chat_view import ReplyPrinter, run_in_thread, stats_line

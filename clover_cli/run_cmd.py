@@ -222,7 +222,7 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     import threading
 
     from clover_runtime import state_file
-    from clover_runtime.reply import ContentDelta, ReasoningDelta, Reply
+    from clover_runtime.text.reply import ContentDelta, ReasoningDelta, Reply
 
     from .chat_view import print_json, run_in_thread, stats_line
 

@@ -17,17 +17,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .chat_template import ChatTemplate, opens_reasoning
 from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, PassEvent, generate, token_logprob
 from .decoding.constraint import Grammar, compile_grammar
 from .errors import ContextLengthError
 from .offload import OffloadRequest
-from .output_parser import OutputParser
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
 from .reasoning_budget import CLOSE_THINK, generate_with_budget
-from .reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
-from .stops import AnswerStops, StopStrings
-from .tokenizer import Tokenizer
+from .text.chat_template import ChatTemplate, opens_reasoning
+from .text.output_parser import OutputParser
+from .text.reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
+from .text.stops import AnswerStops, StopStrings
+from .text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)

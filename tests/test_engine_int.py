@@ -12,7 +12,7 @@ import pytest
 from clover_runtime.decoding import generate_ar
 from clover_runtime.loader import load_model
 from clover_runtime.synth import SynthSpec
-from clover_runtime.vocab import small_vocab
+from clover_runtime.text.vocab import small_vocab
 from decoding_models import successor_overrides
 from synth_models import model_path
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from bench_helpers import run_bench
 from clover_runtime.synth import SynthSpec
-from clover_runtime.vocab import small_vocab
+from clover_runtime.text.vocab import small_vocab
 from decoding_models import successor_overrides
 from synth_models import model_path, tiny_model_path
 

@@ -48,7 +48,7 @@ def test_the_wheel_holds_clover_runtime_and_no_top_level_runtime(tmp_path: Path)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == {"clover_cli", "clover_runtime"}
-    assert "clover_runtime/templates/qwen3.6.jinja" in names
+    assert "clover_runtime/text/templates/qwen3.6.jinja" in names
     assert "clover_runtime/engine/model.py" in names
     assert "clover_cli/server/static/index.html" in names
     assert "clover_runtime/demo/clover-demo-Q8_0.gguf" in names  # `clover run demo` works from a wheel

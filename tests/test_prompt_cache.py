@@ -15,7 +15,7 @@ from clover_runtime.engine.align import ALIGN
 from clover_runtime.engine.gdn import CHUNK
 from clover_runtime.memory_fit import estimate, gdn_state_bytes
 from clover_runtime.prompt_cache import PromptCache, checkpoint_bytes, common_prefix
-from clover_runtime.reply import ContentDelta, Finished, ReasoningDelta
+from clover_runtime.text.reply import ContentDelta, Finished, ReasoningDelta
 from synth_models import tiny_model_path
 
 BOUNDARY = 7  # a token id the tests use as the message-boundary marker

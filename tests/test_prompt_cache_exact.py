@@ -17,7 +17,7 @@ from clover_runtime.chat import load_chat
 from clover_runtime.decoding import DecodeParams
 from clover_runtime.engine.align import ALIGN
 from clover_runtime.prompt_cache import PromptCache
-from clover_runtime.reply import ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
+from clover_runtime.text.reply import ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
 from synth_models import small_model_path
 
 TOL = 1e-5

@@ -8,7 +8,7 @@ import pytest
 from clover_runtime.chat import load_chat
 from clover_runtime.decoding import BlockEvent, DecodeParams, generate
 from clover_runtime.reasoning_budget import CLOSE_THINK, EFFORT_BUDGETS, effort_budget
-from clover_runtime.reply import ContentDelta, Finished, ReasoningDelta
+from clover_runtime.text.reply import ContentDelta, Finished, ReasoningDelta
 from synth_models import tiny_model_path
 
 MESSAGES = [{"role": "user", "content": "Tell me a story."}]

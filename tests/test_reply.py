@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from clover_runtime.output_parser import OutputParser
-from clover_runtime.reply import (
+from clover_runtime.text.output_parser import OutputParser
+from clover_runtime.text.reply import (
     ContentDelta,
     Finished,
     ParseError,

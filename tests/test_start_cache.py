@@ -17,7 +17,7 @@ from clover_runtime.errors import ModelFileError
 from clover_runtime.gguf_file import open_gguf
 from clover_runtime.gguf_header import GGUFHeader, parse_header
 from clover_runtime.model_config import check_tokenizer_metadata, describe_tensors
-from clover_runtime.tokenizer import Tokenizer
+from clover_runtime.text.tokenizer import Tokenizer
 from synth_models import real_vocab_model_path
 
 TEXTS = ["Hello, world!", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n", "你好，世界。今日は",

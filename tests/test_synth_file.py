@@ -9,7 +9,7 @@ import pytest
 from clover_runtime.gguf_file import open_gguf
 from clover_runtime.model_config import describe, has_clover_tensors, supports_exact_diffusion
 from clover_runtime.synth import SynthSpec, write_model
-from clover_runtime.vocab import default_chat_template
+from clover_runtime.text.vocab import default_chat_template
 from gguf import GGUFReader, GGUFValueType
 from synth_models import model_path, tiny_model_path
 

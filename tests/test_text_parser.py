@@ -8,8 +8,8 @@ import json
 import re
 
 import pytest
-from clover_runtime.output_parser import OutputParser, accumulate, convert_value, parse_full
-from clover_runtime.reply import ToolCallArgs, ToolCallStart
+from clover_runtime.text.output_parser import OutputParser, accumulate, convert_value, parse_full
+from clover_runtime.text.reply import ToolCallArgs, ToolCallStart
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from clover_runtime.chat_template import ChatTemplate, opens_reasoning
 from clover_runtime.errors import TemplateError
+from clover_runtime.text.chat_template import ChatTemplate, opens_reasoning
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures_text"
 SOURCE = (FIXTURES / "qwen3.6-chat-template.jinja").read_text(encoding="utf-8")

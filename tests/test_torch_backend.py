@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from clover_runtime.loader import load_model  # noqa: E402
 from clover_runtime.offload import OffloadRequest, is_routed_expert, layer_of  # noqa: E402
 from clover_runtime.synth import SynthSpec  # noqa: E402
-from clover_runtime.vocab import small_vocab  # noqa: E402
+from clover_runtime.text.vocab import small_vocab  # noqa: E402
 from engine_models import assert_logits_close, token_ids  # noqa: E402
 from synth_models import model_path  # noqa: E402
 

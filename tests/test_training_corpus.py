@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 
 import corpus as demo  # noqa: E402
 import vocab as demo_vocab  # noqa: E402
-from clover_runtime.chat_template import ChatTemplate  # noqa: E402
-from clover_runtime.output_parser import parse_full  # noqa: E402
-from clover_runtime.vocab import default_chat_template  # noqa: E402
+from clover_runtime.text.chat_template import ChatTemplate  # noqa: E402
+from clover_runtime.text.output_parser import parse_full  # noqa: E402
+from clover_runtime.text.vocab import default_chat_template  # noqa: E402
 
 SMALL = {"arithmetic_pairs": 400, "repeats": 2}
 

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "training"))
 
 import corpus as demo  # noqa: E402
 import vocab as demo_vocab  # noqa: E402
-from clover_runtime.tokenizer import Tokenizer  # noqa: E402
-from clover_runtime.vocab import CONTROL, USER_DEFINED  # noqa: E402
+from clover_runtime.text.tokenizer import Tokenizer  # noqa: E402
+from clover_runtime.text.vocab import CONTROL, USER_DEFINED  # noqa: E402
 
 
 @pytest.fixture(scope="module")

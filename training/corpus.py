@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from clover_runtime.chat_template import ChatTemplate
-from clover_runtime.vocab import default_chat_template
+from clover_runtime.text.chat_template import ChatTemplate
+from clover_runtime.text.vocab import default_chat_template
 
 SYSTEM = "You are clover's demo model. Answer briefly."
 

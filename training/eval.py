@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus as demo_corpus  # noqa: E402
 from clover_runtime.chat import load_chat  # noqa: E402
 from clover_runtime.decoding.params import DecodeParams  # noqa: E402
-from clover_runtime.reply import Reply  # noqa: E402
+from clover_runtime.text.reply import Reply  # noqa: E402
 
 NO_THINK = {"enable_thinking": False}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from clover_runtime.synth import SynthSpec
 from clover_runtime.synth.writer import write_model
-from clover_runtime.vocab import VocabArrays
+from clover_runtime.text.vocab import VocabArrays
 
 NAME = "clover-demo"
 DESCRIPTION = "clover's demo model: a tiny Clover model trained by training/train.py"

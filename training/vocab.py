@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from clover_runtime.vocab import (
+from clover_runtime.text.vocab import (
     CONTROL,
     NORMAL,
     PRE_TOKENIZER_PATTERNS,

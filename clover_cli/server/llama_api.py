@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from clover_runtime.reply import ContentDelta, Reply
+from clover_runtime.text.reply import ContentDelta, Reply
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 

@@ -1,4 +1,4 @@
-"""Token scores (`clover_runtime.reply.TokenScore`) in the shapes clients parse: OpenAI chat's
+"""Token scores (`clover_runtime.text.reply.TokenScore`) in the shapes clients parse: OpenAI chat's
 `logprobs.content`, OpenAI completions' `tokens`/`token_logprobs`/`top_logprobs`/`text_offset`, and
 llama-server's `completion_probabilities` (its `n_probs`)."""
 

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from clover_runtime.reply import ContentDelta, ReasoningDelta, Reply
+from clover_runtime.text.reply import ContentDelta, ReasoningDelta, Reply
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field

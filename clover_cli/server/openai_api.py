@@ -7,7 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from clover_runtime.reply import (
+from clover_runtime.text.reply import (
     ContentDelta,
     Logprobs,
     Progress,

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from clover_runtime.reply import ContentDelta, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
+from clover_runtime.text.reply import ContentDelta, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import Field

@@ -1,4 +1,4 @@
-"""OpenAI response objects built from the reply contract (`clover_runtime.reply`).
+"""OpenAI response objects built from the reply contract (`clover_runtime.text.reply`).
 
 Streaming and non-streaming answers are built from the same events folded into the same `Reply`,
 so a client sees the same text, reasoning, tool calls and finish reason either way.
@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_runtime.reply import Reply, ToolCallArgs, ToolCallStart
+from clover_runtime.text.reply import Reply, ToolCallArgs, ToolCallStart
 
 
 def new_id(prefix: str, n_hex: int = 32) -> str:

@@ -1,10 +1,10 @@
-"""The vocabulary and chat template a synthetic model carries, from `clover_runtime.vocab`."""
+"""The vocabulary and chat template a synthetic model carries, from `clover_runtime.text.vocab`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..vocab import VocabArrays, default_chat_template, qwen36_vocab, small_vocab, write_vocab
+from ..text.vocab import VocabArrays, default_chat_template, qwen36_vocab, small_vocab, write_vocab
 from .spec import SynthSpec
 
 MASK_TOKEN = "<|mask|>"  # our synthetic mask token (the published Clover one is unknown)

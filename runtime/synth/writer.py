@@ -16,7 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 
 from ..errors import CloverError
-from ..vocab import VocabArrays
+from ..text.vocab import VocabArrays
 from .spec import SynthSpec
 from .weights import TensorPlan, WeightStream, check_overrides, plan_tensors, resolve_n_vocab
 

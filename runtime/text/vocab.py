@@ -13,7 +13,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from .errors import CloverError
+from ..errors import CloverError
 
 # gguf.TokenType values.
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -245,13 +245,13 @@ def qwen36_vocab(*, mask_token: str | None = None) -> VocabArrays:
 
 
 def default_chat_template() -> str:
-    """The Qwen3.6 chat template shipped with clover (see runtime/templates/README.md)."""
-    return (resources.files("clover_runtime") / "templates" / "qwen3.6.jinja").read_text(encoding="utf-8")
+    """The Qwen3.6 chat template shipped with clover (see runtime/text/templates/README.md)."""
+    return (resources.files("clover_runtime.text") / "templates" / "qwen3.6.jinja").read_text(encoding="utf-8")
 
 
 def chatml_template() -> str:
     """The ChatML fallback for files that carry no template."""
-    return (resources.files("clover_runtime") / "templates" / "chatml.jinja").read_text(encoding="utf-8")
+    return (resources.files("clover_runtime.text") / "templates" / "chatml.jinja").read_text(encoding="utf-8")
 
 
 _SPECIAL_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "eot": "eot_token_id", "pad": "padding_token_id",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelFileError
+from ..errors import ModelFileError
 from .vocab import CONTROL, NORMAL, PRE_TOKENIZER_PATTERNS, UNUSED, USER_DEFINED, byte_to_unicode
 
 _SPECIAL_ID_KEYS = {

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import TemplateError
+from ..errors import TemplateError
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 _RESERVED = frozenset(("messages", "tools", "add_generation_prompt"))  # user kwargs never replace these
