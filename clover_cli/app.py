@@ -58,12 +58,15 @@ Run `clover COMMAND --help` for the options of each command.
 
 def git_commit() -> str:
     """The short commit of a source checkout, 'release' for an installed package."""
+    from clover_runtime.processes import creation_kwargs
+
     here = Path(__file__).resolve().parent.parent
     if not (here / ".git").exists():
         return "release"
     try:
         res = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=2
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=2,
+            **creation_kwargs(),
         )
         return res.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
