@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 import threading
 from pathlib import Path
@@ -51,6 +52,46 @@ import numba  # noqa: E402  (must follow the cache configuration)
 
 if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
     numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # numba was imported before us
+
+# numba's `workqueue` threading layer aborts the process when two threads run parallel kernels at
+# once, which the server's slots (`-np 2`) do. It is the fallback where neither TBB nor OpenMP loads
+# (macOS pip installs, Windows without the VC++ OpenMP runtime): pick a thread-safe layer that loads,
+# else serialise the model's passes (`pass_lock`).
+_SAFE_LAYERS = (("tbb", "tbbpool"), ("omp", "omppool"))
+
+
+def _layer_loads(module: str) -> bool:
+    try:
+        importlib.import_module(f"numba.np.ufunc.{module}")
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+def choose_threading_layer() -> str:
+    """The numba threading layer clover uses: NUMBA_THREADING_LAYER when the user set one, else the
+    first thread-safe layer whose library loads (tbb, omp), else `workqueue`."""
+    asked = os.environ.get("NUMBA_THREADING_LAYER", "").strip().lower()
+    if asked and asked != "default":
+        return asked
+    return next((name for name, module in _SAFE_LAYERS if _layer_loads(module)), "workqueue")
+
+
+THREADING_LAYER = choose_threading_layer()
+numba.config.THREADING_LAYER = THREADING_LAYER
+# One pass at a time across threads when the layer cannot run two (reentrant: a pass may call another).
+_SERIAL = threading.RLock() if THREADING_LAYER == "workqueue" else None
+
+
+def serialized() -> bool:
+    """True when parallel kernels run one thread's pass at a time (the `workqueue` layer)."""
+    return _SERIAL is not None
+
+
+def pass_lock() -> threading.RLock | None:
+    """The lock a model's passes take on `workqueue` (one pass at a time across threads), else None."""
+    return _SERIAL
+
 
 njit = numba.njit
 prange = numba.prange
