@@ -119,10 +119,15 @@ class Repl:
         elif cmd in ("/read", "/save", "/load") and not arg:
             self.con.print(f"usage: {safe(cmd)} FILE", markup=False)
         elif cmd == "/read":
+            from clover_runtime.text_files import read_text
+
             try:
-                text = Path(arg).expanduser().read_text(encoding="utf-8")
+                text = read_text(Path(arg).expanduser())
             except OSError as exc:
                 self.con.print(f"cannot read {safe(arg)}: {exc.strerror}", markup=False)
+                return True
+            except UnicodeDecodeError:
+                self.con.print(f"cannot read {safe(arg)}: it is not UTF-8 or UTF-16 text", markup=False)
                 return True
             self.ask(f"--- File: {Path(arg).name} ---\n{text}")
         elif cmd == "/save":
