@@ -1,6 +1,6 @@
-"""How clover starts processes on each OS (issue 41): no console window on Windows for the detached
-server or a helper, a new session on POSIX for the server, and nvidia-smi found where the Windows
-driver puts it when it is not on PATH."""
+"""How clover starts processes on each OS and what it says per OS (issue 41): no console window on
+Windows for the detached server or a helper, a new session on POSIX for the server, nvidia-smi found
+where the Windows driver puts it when it is not on PATH, and the REPL's end-of-input keys."""
 
 from __future__ import annotations
 
@@ -74,3 +74,12 @@ def test_nvidia_smi_on_path_comes_first(tmp_path: Path, monkeypatch: pytest.Monk
     from clover_runtime.memory_fit import nvidia_gpus
 
     assert [g.name for g in nvidia_gpus()] == ["Fake Card"]
+
+
+def test_the_repl_names_the_end_of_input_keys_of_each_os() -> None:
+    from clover_cli import repl
+
+    assert repl.eof_key("nt") == "Ctrl-Z then Enter"
+    assert repl.eof_key("posix") == "Ctrl-D"
+    assert repl.EXIT_HINT == f"Use {repl.eof_key()} or /bye to exit."
+    assert f"leave (also {repl.eof_key()})" in repl.HELP
