@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -29,6 +30,10 @@ def _sources_stamp() -> str:
     files its callees live in (the vector code generators), so a changed callee needs a fresh cache.
     """
     h = hashlib.sha1()
+    if getattr(sys, "frozen", False):  # clover.exe: its sources are inside it, so the executable names the version
+        st = Path(sys.executable).stat()
+        h.update(f"frozen:{st.st_size}:{st.st_mtime_ns}".encode())
+        return h.hexdigest()[:12]
     for f in sorted(Path(__file__).parent.glob("*.py")):
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
@@ -52,6 +57,50 @@ import numba  # noqa: E402  (must follow the cache configuration)
 
 if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
     numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # numba was imported before us
+
+def _frozen_cache_locator() -> None:
+    """Cache the kernels of a frozen clover.exe in the user's kernel cache under stable names.
+
+    A PyInstaller one-file build unpacks its modules into a new temporary folder on every start.
+    numba's own locators then either find no source file, or (its user-wide locator) name the cache
+    after that folder and hash the whole executable: every run compiled the kernels again. This
+    locator names each module's cache by its import name inside NUMBA_CACHE_DIR, which already
+    carries the executable's stamp (`_sources_stamp`)."""
+    if not getattr(sys, "frozen", False) or not numba.config.CACHE_DIR:
+        return
+    from numba.core import caching
+
+    class FrozenCacheLocator(caching._CacheLocator):
+        def __init__(self, py_func: object, py_file: str) -> None:
+            self._lineno = py_func.__code__.co_firstlineno  # type: ignore[attr-defined]
+            self._cache_path = os.path.join(numba.config.CACHE_DIR, py_func.__module__)  # type: ignore[attr-defined]
+
+        def get_cache_path(self) -> str:
+            return self._cache_path
+
+        def get_source_stamp(self) -> object:
+            st = os.stat(sys.executable)
+            return st.st_mtime, st.st_size
+
+        def get_disambiguator(self) -> str:
+            return str(self._lineno)
+
+        @classmethod
+        def from_function(cls, py_func: object, py_file: str) -> FrozenCacheLocator | None:
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None
+            return self
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)  # numba ≥ 0.61: public
+    locators = getattr(impl, "_locator_classes", None)
+    if isinstance(locators, list) and not any(c.__name__ == "FrozenCacheLocator" for c in locators):
+        locators.insert(0, FrozenCacheLocator)
+
+
+_frozen_cache_locator()
 
 # numba's `workqueue` threading layer aborts the process when two threads run parallel kernels at
 # once, which the server's slots (`-np 2`) do. It is the fallback where neither TBB nor OpenMP loads
