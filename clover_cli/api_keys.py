@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clover_runtime.errors import CloverError
+from clover_runtime.text_files import decode_text
 
 ENV = "CLOVER_API_KEY"
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
-_BOMS = ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16"))
 
 
 class KeyUsageError(CloverError):
@@ -57,10 +57,9 @@ def to_env(keys: Sequence[str]) -> str:
 
 
 def _decode(data: bytes, path: Path) -> str:
-    """UTF-8 (a BOM is dropped), or UTF-16 with its BOM, as Windows editors save it."""
-    encoding = next((enc for bom, enc in _BOMS if data.startswith(bom)), "utf-8")
+    """UTF-8 (a BOM is dropped), or UTF-16, as Windows editors save it (`text_files.decode_text`)."""
     try:
-        return data.decode(encoding)
+        return decode_text(data)
     except UnicodeDecodeError:
         raise CloverError(f"cannot read --api-key-file {path}: it is not UTF-8 or UTF-16 text") from None
 

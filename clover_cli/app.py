@@ -16,6 +16,7 @@ import typer
 from . import (
     __version__,
     bench_cmd,
+    completion_cmd,
     console,
     doctor_cmd,
     inspect_cmd,
@@ -51,6 +52,7 @@ GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
   clover rm MODEL                   remove a model from the cache
   clover doctor                     is this machine ready, and does the default model fit
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
+  clover completion powershell      print the shell completion script (bash, zsh, fish, powershell)
 
 Run `clover COMMAND --help` for the options of each command.
 """
@@ -58,12 +60,15 @@ Run `clover COMMAND --help` for the options of each command.
 
 def git_commit() -> str:
     """The short commit of a source checkout, 'release' for an installed package."""
+    from clover_runtime.processes import creation_kwargs
+
     here = Path(__file__).resolve().parent.parent
     if not (here / ".git").exists():
         return "release"
     try:
         res = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=2
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=2,
+            **creation_kwargs(),
         )
         return res.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
@@ -107,6 +112,7 @@ app.command("make-model")(make_model_cmd.command)
 app.command("list")(list_cmd.command)
 app.command("rm")(rm_cmd.command)
 app.command("doctor")(doctor_cmd.command)
+app.command("completion")(completion_cmd.command)
 
 
 def main() -> None:

@@ -14,6 +14,15 @@ def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**30:.1f} GiB"
 
 
+def _threads_text(layer: str, serialized: bool) -> str:
+    if not layer:
+        return "numba not available"
+    if serialized:
+        return (f"numba {layer} layer (no TBB or OpenMP found): parallel slots (-np) take turns in the kernels; "
+                "pip install tbb, or the VC++ runtime on Windows, runs them at once")
+    return f"numba {layer} layer (parallel slots run at once)"
+
+
 def command(
     ctx_size: int | None = ctx_option(CTX_HELP + " The default model is checked at this context."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -45,6 +54,7 @@ def command(
         ("RAM", f"{_gib(s.ram_available)} available of {_gib(s.ram_total)}"),
         ("GPU", gpus),
         ("GPU offload", report.gpu_offload),
+        ("Kernel threads", _threads_text(report.threading_layer, report.kernels_serialized)),
         ("Kernel cache", f"{report.numba_cache.path} ({report.numba_cache.detail})"),
         ("Model cache", f"{report.hf_cache.path} ({_gib(report.hf_cache.free_bytes)} free"
                         f"{'' if report.hf_cache.writable else ', NOT writable'})"),
@@ -59,3 +69,7 @@ def command(
     print_pairs(con, rows, title="clover doctor")
     for line in verdict.get("advice", []) or []:
         con.print(f"  advice: {line}", markup=False)
+    if report.cpu_torch is not None and s.gpus:
+        from .gpu_hint import cpu_torch_line
+
+        console.warn(cpu_torch_line(report.cpu_torch, s.gpus[0]["name"]))

@@ -45,6 +45,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     from clover_runtime.model_config import describe_tensors
 
     from . import console
+    from .gpu_hint import warn_cpu_torch
 
     path = resolve(model, file=file, offline=offline, token=token)
     with open_gguf(path) as model_file:
@@ -53,6 +54,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         sampling = recommended_sampling(model_file.metadata)
         tensors = dict(model_file.tensors)
     system = memory_fit.probe_system()
+    warn_cpu_torch(offload, system.gpus)
     tensors_bytes = weight_bytes
     if offload is not None:
         from clover_runtime.offload import weights_in_ram

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -16,9 +17,17 @@ from rich.console import Console
 from .chat_view import ReplyPrinter, run_in_thread, stats_line
 from .console import safe
 
-HELP = """commands:
+
+def eof_key(os_name: str | None = None) -> str:
+    """The keys that end input: Windows consoles read Ctrl-Z then Enter as end of file, not Ctrl-D."""
+    return "Ctrl-Z then Enter" if (os.name if os_name is None else os_name) == "nt" else "Ctrl-D"
+
+
+EOF_KEY = eof_key()
+
+HELP = f"""commands:
   /help, /?              this help
-  /exit, /bye            leave (also Ctrl-D)
+  /exit, /bye            leave (also {EOF_KEY})
   /clear                 forget the conversation (and the cached prompt state)
   /regen                 answer the last message again
   /system TEXT           set the system prompt (empty: none)
@@ -30,7 +39,7 @@ HELP = """commands:
   \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply or clears the line
   ↑ ↓, Ctrl-R            earlier input, also from earlier sessions"""
 
-EXIT_HINT = "Use Ctrl-D or /bye to exit."
+EXIT_HINT = f"Use {EOF_KEY} or /bye to exit."
 
 
 def state_path(conversation: Path) -> Path:
@@ -119,10 +128,15 @@ class Repl:
         elif cmd in ("/read", "/save", "/load") and not arg:
             self.con.print(f"usage: {safe(cmd)} FILE", markup=False)
         elif cmd == "/read":
+            from clover_runtime.text_files import read_text
+
             try:
-                text = Path(arg).expanduser().read_text(encoding="utf-8")
+                text = read_text(Path(arg).expanduser())
             except OSError as exc:
                 self.con.print(f"cannot read {safe(arg)}: {exc.strerror}", markup=False)
+                return True
+            except UnicodeDecodeError:
+                self.con.print(f"cannot read {safe(arg)}: it is not UTF-8 or UTF-16 text", markup=False)
                 return True
             self.ask(f"--- File: {Path(arg).name} ---\n{text}")
         elif cmd == "/save":

@@ -8,6 +8,21 @@ import typer
 
 from .completion import complete_model
 
+IN_USE_HINT = "a running clover serve or another program has it open: stop it (clover ps, clover stop) and try again"
+
+
+def _refuse_locked(found: list) -> None:
+    """Refuse, before deleting anything, when a file of the models cannot be deleted now (Windows:
+    a running server maps it), so a model is never left half-deleted."""
+    from clover_runtime.errors import CloverError
+    from clover_runtime.in_use import locked_files
+
+    files = [p for m in found for f in m.files for p in (f, f.resolve())]
+    locked = locked_files(files)
+    if locked:
+        more = f" (and {len(locked) - 1} more)" if len(locked) > 1 else ""
+        raise CloverError(f"cannot delete {locked[0]}{more}: it is in use; nothing was deleted", IN_USE_HINT)
+
 
 def command(
     model: str = typer.Argument(..., metavar="MODEL", autocompletion=complete_model,
@@ -36,5 +51,9 @@ def command(
             raise CloverError(f"not deleting {len(found)} model(s) without confirmation", "pass -y to confirm")
         if not typer.confirm(f"delete {len(found)} model(s)?", default=False, err=True):
             raise typer.Exit(1)
-    freed = remove(found)
+    _refuse_locked(found)
+    try:
+        freed = remove(found)
+    except PermissionError as exc:  # locked after the check: say which file, never a traceback
+        raise CloverError(f"cannot delete {exc.filename}: it is in use", IN_USE_HINT) from None
     console.out().print(f"deleted {len(found)} model(s), freed {human_bytes(freed)}", markup=False, highlight=False)

@@ -157,6 +157,7 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     model's tokenizer; a bad grammar or schema is one line naming the flag."""
     from clover_runtime.decoding.constraint import GrammarError
     from clover_runtime.errors import CloverError
+    from clover_runtime.text_files import read_text
 
     given = [(flag, kind, value, path) for flag, kind, value, path in (
         ("--grammar", "gbnf", grammar, None), ("--grammar-file", "gbnf", None, grammar_file),
@@ -170,7 +171,7 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     flag, kind, text, path = given[0]
     if path is not None:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except (OSError, UnicodeDecodeError) as exc:
             raise CloverError(f"{flag}: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
@@ -188,17 +189,24 @@ def _complete(incomplete: str) -> list[str]:
 def _one_shot_text(prompt: str | None, file: Path | None) -> str | None:
     """The prompt from the argument / -p, a file, and stdin when it is not a terminal (prepended)."""
     from clover_runtime.errors import CloverError
+    from clover_runtime.text_files import decode_text, read_text
 
     parts = []
-    if not sys.stdin.isatty():
-        piped = sys.stdin.read()
+    if not sys.stdin.isatty():  # bytes, decoded as UTF-8/UTF-16 here: never the Windows ANSI code page
+        raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+        try:
+            piped = decode_text(raw)
+        except UnicodeDecodeError:
+            raise CloverError("cannot read stdin: it is not UTF-8 or UTF-16 text") from None
         if piped.strip():
             parts.append(piped.rstrip("\n"))
     if file is not None:
         try:
-            parts.append(file.read_text(encoding="utf-8").rstrip("\n"))
+            parts.append(read_text(file).rstrip("\n"))
         except OSError as exc:
             raise CloverError(f"cannot read {file}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise CloverError(f"cannot read {file}: it is not UTF-8 or UTF-16 text") from None
     if prompt:
         parts.append(prompt)
     return "\n\n".join(parts) if parts else None

@@ -205,7 +205,8 @@ def command(
         shutdown_timeout=shutdown_timeout, slots_verbose=slots_verbose)
     from clover_runtime.torch_backend.group import request_device
 
-    request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
+    if not detach:  # a detached server checks in the child: the parent holds no CUDA context while it sizes -ngl
+        request_device(opts.offload)  # an offload that cannot be met fails before the port is bound
     if slot_save_path is not None:
         try:
             slot_save_path.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from clover_runtime import atomic_write, paths
 from clover_runtime.errors import CloverError
+from clover_runtime.processes import creation_kwargs
 
 LOG_ENV = "CLOVER_SERVE_LOG"
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -156,22 +157,19 @@ def child_command(args: list[str]) -> list[str]:
 
 
 def spawn_detached(args: list[str], log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start `clover serve ARGS` in its own session / process group, output appended to `log_path`."""
+    """Start `clover serve ARGS` in its own session / process group, output appended to `log_path`;
+    on Windows without a console window (`processes.creation_kwargs`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
     child_env[LOG_ENV] = str(log_path)
     child_env["PYTHONIOENCODING"] = "utf-8"
     child_env.setdefault("NO_COLOR", "1")
-    kwargs: dict = {}
-    if os.name == "nt":
-        kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.DETACHED_PROCESS
-    else:
-        kwargs["start_new_session"] = True
     with open(log_path, "ab") as log:
         log.write(f"\n--- {time.strftime('%Y-%m-%d %H:%M:%S')} clover serve {' '.join(args)}\n".encode())
         log.flush()
         return subprocess.Popen(child_command(args), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=child_env, close_fds=True, **kwargs)
+                                stderr=subprocess.STDOUT, env=child_env, close_fds=True,
+                                **creation_kwargs(detached=True))
 
 
 def tail(path: Path, n: int = 8) -> str:

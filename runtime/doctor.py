@@ -33,6 +33,9 @@ class DoctorReport:
     default_model_source: str
     fit: dict[str, Any] = field(default_factory=dict)
     gpu_offload: str = ""
+    cpu_torch: str | None = None  # torch's version when it is a CPU-only build while nvidia-smi sees a GPU
+    threading_layer: str = ""  # numba's, as clover chose it (`kernels.jit.choose_threading_layer`)
+    kernels_serialized: bool = False  # True on `workqueue`: parallel slots take turns in the kernels
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -45,6 +48,9 @@ class DoctorReport:
             "default_model_source": self.default_model_source,
             "fit": self.fit,
             "gpu_offload": self.gpu_offload,
+            "cpu_torch": self.cpu_torch,
+            "threading_layer": self.threading_layer,
+            "kernels_serialized": self.kernels_serialized,
         }
 
 
@@ -131,21 +137,43 @@ def gpu_offload_status() -> str:
     except CloverError as exc:
         return f"torch {torch.__version__}: {exc.message}"
     if info is None:
-        return f"torch {torch.__version__}, no CUDA or MPS device (--device cpu runs torch on the CPU)"
+        return (f"torch {torch.__version__}, no CUDA device (--device mps opts in to Apple's GPU; "
+                "--device cpu runs torch on the CPU)")
     free = f", {info.free_bytes / (1 << 30):.1f} GiB free" if info.free_bytes is not None else ""
     return f"torch {torch.__version__}: {info.name} ({info.device}{free})"
+
+
+def threading_layer() -> tuple[str, bool]:
+    """(numba threading layer, whether the model's passes are serialised on it); ("", False) without numba."""
+    try:
+        from .kernels import jit
+    except ImportError:
+        return "", False
+    return jit.THREADING_LAYER, jit.serialized()
+
+
+def cpu_torch_beside_gpu(system: SystemInfo) -> str | None:
+    """torch's version when it is a CPU-only build on a machine whose nvidia-smi lists a GPU."""
+    from .torch_backend import cpu_only_build
+
+    return cpu_only_build() if system.gpus else None
 
 
 def run_doctor(n_ctx: int | None = None) -> DoctorReport:
     numba_dir = paths.numba_cache_dir()
     hf_dir = paths.hf_cache_dir()
     source, fit = default_model_fit(n_ctx)
+    system = probe()
+    layer, serialized = threading_layer()
     return DoctorReport(
-        system=probe(),
+        system=system,
         numba_cache=dir_report(numba_dir, _numba_detail(numba_dir)),
         hf_cache=dir_report(hf_dir),
         default_model=DEFAULT_MODEL,
         default_model_source=source,
         fit=fit,
         gpu_offload=gpu_offload_status(),
+        cpu_torch=cpu_torch_beside_gpu(system),
+        threading_layer=layer,
+        kernels_serialized=serialized,
     )

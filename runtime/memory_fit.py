@@ -8,7 +8,6 @@ fit. `-c` (n_ctx) is per sequence; with `-np` parallel sequences every per-seque
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -210,13 +209,15 @@ def parse_nvidia_smi(text: str) -> list[GpuMemory]:
 
 def nvidia_gpus(timeout: float = 3.0) -> list[GpuMemory]:
     """Visible NVIDIA GPUs; an empty list when nvidia-smi is missing, slow or failing."""
-    exe = shutil.which("nvidia-smi")
+    from .processes import creation_kwargs, nvidia_smi
+
+    exe = nvidia_smi()
     if not exe:
         return []
     try:
         res = subprocess.run(
             [exe, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True, text=True, timeout=timeout, **creation_kwargs(),
         )
     except (OSError, subprocess.SubprocessError):
         return []

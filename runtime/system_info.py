@@ -10,6 +10,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .processes import creation_kwargs
+
 _INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
                       "avx_vnni", "amx_tile", "neon", "asimd", "sve")
 
@@ -44,7 +46,7 @@ def cpu_name() -> str:
     if sys.platform == "darwin":
         try:
             out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                                 text=True, timeout=2)
+                                 text=True, timeout=2, **creation_kwargs())
             if out.stdout.strip():
                 return out.stdout.strip()
         except (OSError, subprocess.SubprocessError):

@@ -75,3 +75,19 @@ def test_model_argument_completes_from_cache_and_gguf_files(tmp_path: Path) -> N
     assert "demo" in lines  # the shipped demo model
     assert "notes.txt" not in lines
     assert lines[-1] == "HEAVY="
+
+
+@pytest.mark.parametrize("shell", sorted(SHELL_FILES))
+def test_the_completion_command_prints_the_shipped_script(shell: str) -> None:
+    """An installed clover (pip wheel, clover.exe) prints the script without a checkout."""
+    res = subprocess.run([sys.executable, "-m", "clover_cli", "completion", shell], capture_output=True,
+                         timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.decode("utf-8") == (ROOT / "completions" / SHELL_FILES[shell]).read_text(encoding="utf-8")
+
+
+def test_the_completion_command_refuses_an_unknown_shell_in_one_line() -> None:
+    res = subprocess.run([sys.executable, "-m", "clover_cli", "completion", "tcsh"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "NO_COLOR": "1"})
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[0] == "error: no completion for shell 'tcsh'"

@@ -17,8 +17,10 @@ from synth_models import tiny_model_path
 HINT = 'error: GPU offload needs torch: pip install "clover-cli[gpu]"'
 
 
-def _clover(*args: str, home: Path, no_torch: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(home), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "COLUMNS": "120"}
+def _clover(*args: str, home: Path, no_torch: bool = False,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(home), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "COLUMNS": "120",
+           **(env or {})}
     for var in ("CLOVER_DEBUG", "CLOVER_HOME", "CLOVER_CACHE"):
         env.pop(var, None)
     if no_torch:
@@ -151,3 +153,56 @@ def test_the_check_before_loading_counts_ram_without_the_gpus_weights(model: str
     err = capsys.readouterr().err
     assert "gpu: GPU 0 Fake Card: 15.5 GiB free of 16.0 GiB; -ngl 99 fits at -c 512 (" in err, err
     assert offloaded.verdict.needed < plain.verdict.needed  # the offloaded weights left the RAM sum
+
+
+def _cpu_torch_machine(home: Path) -> dict[str, str]:
+    """PyPI's Windows torch on an NVIDIA machine: a stand-in `torch` that is a CPU-only build (no
+    CUDA version) and a stand-in nvidia-smi that lists a 16 GB card."""
+    shim = home / "cpu-torch" / "torch"
+    shim.mkdir(parents=True, exist_ok=True)
+    (shim / "__init__.py").write_text(
+        "__version__ = '2.9.1+cpu'\n"
+        "class version:\n    cuda = None\n    hip = None\n"
+        "class cuda:\n    @staticmethod\n    def is_available():\n        return False\n"
+        "class backends:\n    mps = None\n", encoding="utf-8")
+    smi = home / "bin" / "nvidia-smi"
+    smi.parent.mkdir(parents=True, exist_ok=True)
+    smi.write_text("#!/bin/sh\necho 'NVIDIA GeForce RTX 4080, 16376, 15000'\n", encoding="utf-8")
+    smi.chmod(0o755)
+    return {"PYTHONPATH": os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", "")]),
+            "PATH": os.pathsep.join([str(smi.parent), os.environ["PATH"]])}
+
+
+CUDA_LINE = "pip install torch --index-url https://download.pytorch.org/whl/cu128"
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the stand-in nvidia-smi is a POSIX script")
+def test_a_cpu_torch_beside_an_nvidia_gpu_says_how_to_get_the_cuda_build(model: str, tmp_path: Path) -> None:
+    env = _cpu_torch_machine(tmp_path)
+    res = _clover("run", model, "hello", "-n", "4", "--no-think", home=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    warning = [line for line in res.stderr.splitlines() if "CPU-only build" in line]
+    assert warning == ["warning: torch 2.9.1+cpu is a CPU-only build, so NVIDIA GeForce RTX 4080 is not used; "
+                       f"for GPU offload install the CUDA build: {CUDA_LINE}"], res.stderr
+
+    res = _clover("run", model, "hello", "-n", "4", "-ngl", "99", home=tmp_path, env=env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: -ngl: torch 2.9.1+cpu is a CPU-only build, so it cannot use the NVIDIA GPU"], res.stderr
+    assert CUDA_LINE in res.stderr
+
+    res = _clover("doctor", "--json", home=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    assert report["cpu_torch"] == "2.9.1+cpu"
+    assert report["system"]["gpus"][0]["name"] == "NVIDIA GeForce RTX 4080"
+    res = _clover("doctor", home=tmp_path, env=env)
+    assert CUDA_LINE in res.stderr, res.stderr
+
+
+def test_without_an_nvidia_gpu_nothing_is_said_about_the_cuda_build(model: str, tmp_path: Path) -> None:
+    res = _clover("run", model, "hello", "-n", "4", "--no-think", home=tmp_path, no_torch=True)
+    assert res.returncode == 0, res.stderr
+    assert "CPU-only build" not in res.stderr
+    res = _clover("doctor", "--json", home=tmp_path, no_torch=True)
+    assert json.loads(res.stdout)["cpu_torch"] is None

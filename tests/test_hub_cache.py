@@ -186,3 +186,31 @@ def test_cache_folder_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert cache_root() == tmp_path / "hub-cache"
     monkeypatch.setenv("CLOVER_CACHE", str(tmp_path / "clover"))
     assert cache_root() == tmp_path / "clover"
+
+
+def _immutable(path: Path, on: bool) -> bool:
+    """chattr +i: the file can be neither renamed nor deleted, as Windows treats a model a running
+    server maps (needs root and a file system with the attribute)."""
+    if shutil.which("chattr") is None:
+        return False
+    import subprocess
+
+    return subprocess.run(["chattr", "+i" if on else "-i", str(path)], capture_output=True).returncode == 0
+
+
+def test_rm_of_a_model_in_use_deletes_nothing_and_says_so(hub: HubServer, tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    q8 = pulled_path(run_clover(hub, cache, "pull", f"{TINY}:Q8_0"))
+    blob = q8.resolve()
+    if not _immutable(blob, True):
+        pytest.skip("chattr +i is not available here (root and ext4/xfs/btrfs)")
+    try:
+        rm = run_clover(hub, cache, "rm", f"{TINY}:Q8_0", "-y")
+        assert rm.returncode == 1 and "Traceback" not in rm.stderr, rm.stderr
+        assert error_line(rm) == f"cannot delete {blob}: it is in use; nothing was deleted"
+        assert "clover stop" in rm.stderr
+        assert q8.is_file() and q8.resolve() == blob  # the snapshot entry is still there
+    finally:
+        _immutable(blob, False)
+    assert run_clover(hub, cache, "rm", f"{TINY}:Q8_0", "-y").returncode == 0
+    assert not q8.exists() and not blob.exists()

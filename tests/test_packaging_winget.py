@@ -77,3 +77,28 @@ def test_update_script_fills_version_url_and_hash(tmp_path: Path) -> None:
     installer = docs["installer"]["Installers"][0]
     assert installer["InstallerUrl"] == url
     assert installer["InstallerSha256"] == hashlib.sha256(asset.read_bytes()).hexdigest().upper()
+
+
+def _script(*args: str) -> subprocess.CompletedProcess:
+    script = ROOT / "packaging" / "winget" / "update_manifests.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_check_refuses_the_placeholder_and_a_hash_of_another_file(tmp_path: Path) -> None:
+    """The checked-in manifests are templates: --check says no release has been built until the
+    release script wrote the zip's real SHA-256, and the script never writes the placeholder."""
+    folder = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, folder)
+    placeholder = _script("--check", "--manifests", str(folder))
+    assert placeholder.returncode == 1 and "placeholder hash" in placeholder.stderr
+    assert _script("--url", "https://example.invalid/c.zip", "--manifests", str(folder)).returncode == 2  # no version
+    asset = tmp_path / "clover-1.2.3-windows-x64.zip"
+    asset.write_bytes(b"PK\x05\x06" + bytes(18))
+    filled = _script("--version", "1.2.3", "--url", "https://example.invalid/c.zip", "--asset", str(asset),
+                     "--manifests", str(folder))
+    assert filled.returncode == 0, filled.stderr
+    assert _script("--check", "--asset", str(asset), "--manifests", str(folder)).returncode == 0
+    other = tmp_path / "other.zip"
+    other.write_bytes(b"PK\x05\x06" + bytes(17) + b"\x01")
+    mismatch = _script("--check", "--asset", str(other), "--manifests", str(folder))
+    assert mismatch.returncode == 1 and "is not the SHA-256 of" in mismatch.stderr

@@ -91,3 +91,22 @@ def _gone(pid: int, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_a_detached_server_checks_its_gpu_flags_in_the_child(tmp_path):
+    """The parent of `serve --detach` never opens the GPU (its CUDA context would shrink the free
+    memory the child sizes `-ngl auto` by): a device it cannot have fails in the child, and the
+    parent reports that with the child's own line, and no server is left behind."""
+    model = tiny_model(tmp_path)
+    shim = tmp_path / "no-torch" / "torch"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError(\"No module named 'torch'\")\n", encoding="utf-8")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLOVER_")}
+    env = {**clean, "CLOVER_HOME": str(tmp_path / "home"), "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8",
+           "PYTHONPATH": os.pathsep.join([str(shim.parent), os.environ.get("PYTHONPATH", "")])}
+    res = _clover(["serve", str(model), "--port", "0", "-c", "256", "--detach", "--device", "cuda"], env)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: the background server exited during start-up (exit code 1)"], res.stderr
+    assert 'GPU offload needs torch: pip install "clover-cli[gpu]"' in res.stderr
+    assert json.loads(_clover(["ps", "--json"], env).stdout) == []

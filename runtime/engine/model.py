@@ -6,6 +6,8 @@ models and the 35B model run through the same code. Activations are float32 thro
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,30 @@ class PreviewResult:
     gdn_preview: str = "causal"  # the GDN operator that ran ("causal" or "clover")
 
 
+def _one_pass_at_a_time(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` under the model's pass lock when it has one: numba's `workqueue` threading layer aborts
+    when two threads run parallel kernels at once (`kernels.jit.pass_lock`)."""
+
+    @functools.wraps(fn)
+    def run(self: Model, *args: Any, **kwargs: Any) -> Any:
+        lock = self._pass_lock
+        if lock is None:
+            return fn(self, *args, **kwargs)
+        with lock:
+            return fn(self, *args, **kwargs)
+
+    return run
+
+
+def _pass_lock() -> Any:
+    """The numba kernels' pass lock (both backends call the compiled activations), None without numba."""
+    try:
+        from ..kernels.jit import pass_lock
+    except ImportError:
+        return None
+    return pass_lock()
+
+
 class Model:
     """A loaded model: weights stay memory-mapped; all state lives in `SequenceState` objects."""
 
@@ -44,6 +70,7 @@ class Model:
         self.config = config
         self.weights = weights
         self.prefill_chunk = PREFILL_CHUNK
+        self._pass_lock = _pass_lock()
         self.layers: dict[int, Layer] = bind_layers(weights, config)
         self.head: Head = bind_head(weights)
         self.ops = HostOps(weights, config)
@@ -89,6 +116,7 @@ class Model:
         state.restore(snapshot)
 
     # -- passes ---------------------------------------------------------------------------------
+    @_one_pass_at_a_time
     def forward(self, token_ids: Any, state: SequenceState | None = None, *,
                 last_only: bool = False) -> np.ndarray:
         """Causal logits (n, n_vocab) float32 for `token_ids`, continuing `state` (appending to it).
@@ -126,6 +154,7 @@ class Model:
             raise CloverError("commit needs at least one token")
         return self.forward(ids, state, last_only=True)[0]
 
+    @_one_pass_at_a_time
     def preview(self, token_ids: Any, state: SequenceState, *, logit_rows: Any = None,
                 expert_coreset: int | None = None, gdn_preview: str = "auto") -> PreviewResult:
         """The block-diffusion preview pass over a block continuing `state`; `state` is not changed.

@@ -92,9 +92,28 @@ def link_into_snapshot(blob: Path, pointer: Path, *, fresh: bool) -> None:
     except OSError:
         pass
     if fresh:
-        os.replace(blob, pointer)
+        replace_retrying(blob, pointer)
     else:
         shutil.copyfile(blob, pointer)
+
+
+RENAME_DELAYS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2)  # about 6 s in all
+
+
+def replace_retrying(src: Path, dst: Path, delays: tuple[float, ...] = RENAME_DELAYS) -> None:
+    """`os.replace`, retried with a short backoff while it fails with PermissionError: on Windows an
+    antivirus or the search indexer opens a fresh file for a moment, and a 21 GB download must not
+    read as "cache not writable" for that. A lock that outlasts the retries is one line; `src` stays."""
+    for delay in (*delays, None):
+        try:
+            os.replace(src, dst)
+            return
+        except PermissionError as exc:
+            if delay is None:
+                raise HubError(f"cannot move {src.name} to {dst}: another program holds it ({exc.strerror})",
+                               "the verified download is kept: run the same command again "
+                               "(an antivirus scanning the new file lets go within seconds)") from None
+            time.sleep(delay)
 
 
 class _Partial:
@@ -195,7 +214,7 @@ def download_blob(repo: str, meta: remote.FileMeta, blob: Path, *, token: str | 
         attempt, delay = attempt + 1, delay * 2
     part.path.touch(exist_ok=True)  # an empty file has no bytes to write
     _verify(meta, part)
-    os.replace(part.path, blob)
+    replace_retrying(part.path, blob)
     progress.note(f"{meta.path}: sha256 verified" if meta.sha256 else f"{meta.path}: size verified (no LFS sha256)")
 
 

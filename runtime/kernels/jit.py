@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -28,6 +30,10 @@ def _sources_stamp() -> str:
     files its callees live in (the vector code generators), so a changed callee needs a fresh cache.
     """
     h = hashlib.sha1()
+    if getattr(sys, "frozen", False):  # clover.exe: its sources are inside it, so the executable names the version
+        st = Path(sys.executable).stat()
+        h.update(f"frozen:{st.st_size}:{st.st_mtime_ns}".encode())
+        return h.hexdigest()[:12]
     for f in sorted(Path(__file__).parent.glob("*.py")):
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
@@ -51,6 +57,90 @@ import numba  # noqa: E402  (must follow the cache configuration)
 
 if not numba.config.CACHE_DIR and os.environ.get("NUMBA_CACHE_DIR"):
     numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # numba was imported before us
+
+def _frozen_cache_locator() -> None:
+    """Cache the kernels of a frozen clover.exe in the user's kernel cache under stable names.
+
+    A PyInstaller one-file build unpacks its modules into a new temporary folder on every start.
+    numba's own locators then either find no source file, or (its user-wide locator) name the cache
+    after that folder and hash the whole executable: every run compiled the kernels again. This
+    locator names each module's cache by its import name inside NUMBA_CACHE_DIR, which already
+    carries the executable's stamp (`_sources_stamp`)."""
+    if not getattr(sys, "frozen", False) or not numba.config.CACHE_DIR:
+        return
+    from numba.core import caching
+
+    class FrozenCacheLocator(caching._CacheLocator):
+        def __init__(self, py_func: object, py_file: str) -> None:
+            self._lineno = py_func.__code__.co_firstlineno  # type: ignore[attr-defined]
+            self._cache_path = os.path.join(numba.config.CACHE_DIR, py_func.__module__)  # type: ignore[attr-defined]
+
+        def get_cache_path(self) -> str:
+            return self._cache_path
+
+        def get_source_stamp(self) -> object:
+            st = os.stat(sys.executable)
+            return st.st_mtime, st.st_size
+
+        def get_disambiguator(self) -> str:
+            return str(self._lineno)
+
+        @classmethod
+        def from_function(cls, py_func: object, py_file: str) -> FrozenCacheLocator | None:
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None
+            return self
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)  # numba ≥ 0.61: public
+    locators = getattr(impl, "_locator_classes", None)
+    if isinstance(locators, list) and not any(c.__name__ == "FrozenCacheLocator" for c in locators):
+        locators.insert(0, FrozenCacheLocator)
+
+
+_frozen_cache_locator()
+
+# numba's `workqueue` threading layer aborts the process when two threads run parallel kernels at
+# once, which the server's slots (`-np 2`) do. It is the fallback where neither TBB nor OpenMP loads
+# (macOS pip installs, Windows without the VC++ OpenMP runtime): pick a thread-safe layer that loads,
+# else serialise the model's passes (`pass_lock`).
+_SAFE_LAYERS = (("tbb", "tbbpool"), ("omp", "omppool"))
+
+
+def _layer_loads(module: str) -> bool:
+    try:
+        importlib.import_module(f"numba.np.ufunc.{module}")
+    except (ImportError, OSError):
+        return False
+    return True
+
+
+def choose_threading_layer() -> str:
+    """The numba threading layer clover uses: NUMBA_THREADING_LAYER when the user set one, else the
+    first thread-safe layer whose library loads (tbb, omp), else `workqueue`."""
+    asked = os.environ.get("NUMBA_THREADING_LAYER", "").strip().lower()
+    if asked and asked != "default":
+        return asked
+    return next((name for name, module in _SAFE_LAYERS if _layer_loads(module)), "workqueue")
+
+
+THREADING_LAYER = choose_threading_layer()
+numba.config.THREADING_LAYER = THREADING_LAYER
+# One pass at a time across threads when the layer cannot run two (reentrant: a pass may call another).
+_SERIAL = threading.RLock() if THREADING_LAYER == "workqueue" else None
+
+
+def serialized() -> bool:
+    """True when parallel kernels run one thread's pass at a time (the `workqueue` layer)."""
+    return _SERIAL is not None
+
+
+def pass_lock() -> threading.RLock | None:
+    """The lock a model's passes take on `workqueue` (one pass at a time across threads), else None."""
+    return _SERIAL
+
 
 njit = numba.njit
 prange = numba.prange

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TemplateError
+from ..text_files import read_text
 
 TEMPLATE_KEY = "tokenizer.chat_template"
 _RESERVED = frozenset(("messages", "tools", "add_generation_prompt"))  # user kwargs never replace these
@@ -109,9 +110,11 @@ class ChatTemplate:
         if override_path is not None:
             path = Path(override_path)
             try:
-                text = path.read_text(encoding="utf-8")
+                text = read_text(path)
             except OSError as exc:
                 raise TemplateError(f"cannot read chat template file {path}: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise TemplateError(f"cannot read chat template file {path}: it is not UTF-8 or UTF-16 text") from None
             return cls(text, bos_token=bos, eos_token=eos, origin=str(path))
         source = meta.get(TEMPLATE_KEY)
         if isinstance(source, str) and source.strip():

@@ -1,16 +1,15 @@
 """Which torch device runs the offloaded weights, in what precision, and how much memory it has.
 
 Names follow torch ("cuda", "cuda:1", "mps", "cpu") and llama.cpp ("CUDA0", "MTL0", "CPU");
-"auto" is the first CUDA device, else Apple's MPS, else none. "cpu" is torch on the CPU: the
-same code path as a GPU, which is what the tests run.
+"auto" is the first CUDA device, else none: Apple's MPS is opt-in (`--device mps`) until a Mac run of
+the backend has passed. "cpu" is torch on the CPU: the same code path as a GPU, which is what the
+tests run.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import re
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,26 +47,25 @@ def _normalise(spec: str, main_gpu: int) -> str:
 
 
 def gpu_likely() -> bool:
-    """A cheap look for a GPU before importing torch (a second or more): an NVIDIA driver, or an
-    Apple-silicon Mac (MPS)."""
+    """A cheap look for a GPU `auto` would use, before importing torch (a second or more): an NVIDIA
+    driver (MPS is never picked by `auto`)."""
+    from ..processes import nvidia_smi
+
     if sys.platform == "darwin":
-        return platform.machine() == "arm64"
+        return False
     if os.name == "nt":
-        return shutil.which("nvidia-smi") is not None
-    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+        return nvidia_smi() is not None
+    return Path("/dev/nvidiactl").exists() or nvidia_smi() is not None
 
 
 def resolve_device(spec: str = "auto", main_gpu: int = 0) -> DeviceInfo | None:
-    """The device for `spec`, or None when `spec` is "auto" and there is no GPU."""
+    """The device for `spec`, or None when `spec` is "auto" and there is no CUDA GPU."""
     torch = require_torch()
     want = _normalise(spec, main_gpu)
     if want == "auto":
-        if torch.cuda.is_available():
-            want = f"cuda:{main_gpu}"
-        elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            want = "mps"
-        else:
-            return None
+        if not torch.cuda.is_available():
+            return None  # MPS only by `--device mps`
+        want = f"cuda:{main_gpu}"
     try:
         device = torch.device(want)
     except (RuntimeError, ValueError):

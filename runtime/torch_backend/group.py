@@ -74,7 +74,13 @@ def request_device(request: OffloadRequest) -> DeviceInfo | None:
     require_torch()
     info = resolve_device(request.device, request.main_gpu)
     if info is None:
-        raise CloverError("-ngl: no GPU found (torch sees no CUDA or MPS device); "
+        from . import CUDA_TORCH_INSTALL, cpu_only_build
+
+        if cpu_only_build() is not None and gpu_likely():
+            raise CloverError(f"-ngl: torch {cpu_only_build()} is a CPU-only build, so it cannot use the NVIDIA GPU",
+                              f"install the CUDA build: {CUDA_TORCH_INSTALL}")
+        raise CloverError("-ngl: no GPU found (torch sees no CUDA device)",
+                          "--device mps opts in to Apple's GPU (experimental); "
                           "--device cpu runs the torch backend on the CPU")
     return info
 

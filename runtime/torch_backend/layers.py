@@ -292,12 +292,18 @@ def _recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Te
     return torch.stack(out), s
 
 
+def cumsum_dtype(device: torch.device) -> torch.dtype:
+    """float64 for the gates' running sum (a chunk's decays are differences of it), except on MPS,
+    which has no float64: float32 there, whose error over a 64-token chunk stays far below bf16's."""
+    return F32 if device.type == "mps" else torch.float64
+
+
 def _chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, g: torch.Tensor,
              s: torch.Tensor, chunk: int = CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
     """The same recurrence in the WY / UT-transform chunk form of `engine.gdn.chunked`."""
     n, nv, dv = v.shape
     Q, K, V = (t.transpose(0, 1) for t in (q, k, v))  # (heads, n, d)
-    B, G = beta.T, g.T.double()
+    B, G = beta.T, g.T.to(cumsum_dtype(q.device))
     out = []
     for c0 in range(0, n, chunk):
         c1 = min(n, c0 + chunk)
