@@ -28,9 +28,11 @@ from . import (
     serve_cmd,
     stop_cmd,
 )
+from .help_text import HelpCommand, HelpGroup
 
 app = typer.Typer(
     name="clover",
+    cls=HelpGroup,
     help="Run Clover block-diffusion GGUF models locally: pull, run, serve, bench, inspect.",
     no_args_is_help=False,
     add_completion=True,
@@ -96,17 +98,10 @@ def root(
         raise typer.Exit()
 
 
-app.command("pull")(pull_cmd.command)
-app.command("run")(run_cmd.command)
-app.command("serve")(serve_cmd.command)
-app.command("ps")(ps_cmd.command)
-app.command("stop")(stop_cmd.command)
-app.command("bench")(bench_cmd.command)
-app.command("inspect")(inspect_cmd.command)
-app.command("make-model")(make_model_cmd.command)
-app.command("list")(list_cmd.command)
-app.command("rm")(rm_cmd.command)
-app.command("doctor")(doctor_cmd.command)
+for _name, _module in (("pull", pull_cmd), ("run", run_cmd), ("serve", serve_cmd), ("ps", ps_cmd),
+                      ("stop", stop_cmd), ("bench", bench_cmd), ("inspect", inspect_cmd),
+                      ("make-model", make_model_cmd), ("list", list_cmd), ("rm", rm_cmd), ("doctor", doctor_cmd)):
+    app.command(_name, cls=HelpCommand)(_module.command)
 
 
 def main() -> None:

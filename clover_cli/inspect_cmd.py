@@ -41,7 +41,7 @@ def command(
 
     Example:
 
-        clover inspect Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 32768 --fit
+        clover inspect demo -c 4096 --fit
     """
     from clover_runtime.errors import CloverError
     from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, context_for, fit_report

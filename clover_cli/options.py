@@ -18,22 +18,32 @@ def ctx_option(help_text: str = CTX_HELP, *, annotated: bool = False) -> Any:
     the default sits after the `=` instead of first in the call."""
     first = () if annotated else (None,)
     return typer.Option(*first, "-c", "--ctx-size", min=0, envvar="CLOVER_CTX_SIZE", show_default=False,
-                        help=help_text)
+                        help=help_text, rich_help_panel=CONTEXT)
 
 
-GPU_PANEL = "GPU offload (needs the gpu extra: torch)"
+# --help groups, in the order help_text prints them (llama.cpp's --help groups its flags the same way)
+MODEL = "model"
+CHAT = "chat"
+CONTEXT = "context"
+SAMPLING = "sampling"
+DIFFUSION = "diffusion"
+TESTS = "tests"
+OUTPUT = "output"
+SERVER = "server"
+PLACEMENT = "placement (GPU offload needs the gpu extra: torch)"
+PANELS = (MODEL, TESTS, CHAT, CONTEXT, SAMPLING, DIFFUSION, OUTPUT, SERVER, PLACEMENT)
 
 
 def _gpu_option(default: Any, annotated: bool, *names: str, env: str, **kw: Any) -> Any:
     """One of llama.cpp's GPU flags, the same in run, serve and bench (grouped in --help)."""
     first = () if annotated else (default,)
-    return typer.Option(*first, *names, envvar="CLOVER_" + env, rich_help_panel=GPU_PANEL, **kw)
+    return typer.Option(*first, *names, envvar="CLOVER_" + env, rich_help_panel=PLACEMENT, **kw)
 
 
 def ngl_option(*, annotated: bool = False) -> Any:
     """-ngl: llama.cpp's layer count on the GPU (auto: as many as fit when a GPU is present)."""
     return _gpu_option(None, annotated, "-ngl", "--n-gpu-layers", "--gpu-layers", env="N_GPU_LAYERS",
-                       show_default=False,
+                       show_default=False, metavar="N",
                        help="Layers on the GPU: a count, auto (default: as many as fit when a GPU is present) "
                             "or all; 0 keeps everything on the CPU.")
 
