@@ -143,7 +143,7 @@ def _run(args: list[str]) -> int:
 
     group = get_command(app)
     try:
-        args = rewrite(args, group)
+        args = rewrite(args, group, console.warn)
         result = group.main(args=args, prog_name="clover", standalone_mode=False)
     except MissingFlag as exc:
         console.print_error(exc.message, f"clover {exc.command} --help lists its options")

@@ -85,27 +85,25 @@ def command(
         clover bench demo -p 64 -n 64 -dg 64 -t 1,2 -o md
     """
     from clover_runtime.bench import build_info, make_configs, make_tests
-    from clover_runtime.errors import CloverError
 
     from .bench_args import parse_float_list, parse_int_list, parse_pairs
     from .bench_table import OUTPUT_FORMATS, render
     from .options import offload_request
+    from .usage import UsageError, choice
 
-    if output not in OUTPUT_FORMATS:
-        raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")
+    choice("-o", output, tuple(OUTPUT_FORMATS))
     names = list(models or []) + list(model_opt or [])
     if not names:
-        raise CloverError("no model given", "pass a model file or reference, e.g. clover bench model.gguf")
+        raise UsageError("no model given", "try the model that ships with clover: clover bench demo")
     offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     backends = [b.strip() for v in (backend or ["numba"]) for b in v.split(",") if b.strip()]
     for b in backends:
-        if b not in ("numba", "numpy"):
-            raise CloverError(f"unknown backend '{b}' (choose from numba, numpy)")
+        choice("--backend", b, ("numba", "numpy"))
     tests = make_tests(parse_int_list(n_prompt or ["512"]), parse_int_list(n_gen or ["128"]),
                        parse_pairs(pg or []), parse_int_list(n_diffusion or ["128"]),
                        parse_int_list(depth or ["0"]) or [0])
     if not tests:
-        raise CloverError("no tests to run (every count is 0)")
+        raise UsageError("no tests to run (every count is 0)")
     if threads:
         thread_list = parse_int_list(threads)
     else:
@@ -113,7 +111,7 @@ def command(
 
         thread_list = [default_threads()]
     if any(t < 1 for t in thread_list):
-        raise CloverError("threads must be at least 1")
+        raise UsageError("-t: threads must be at least 1")
     configs = make_configs(thread_list, backends, parse_int_list(block_length or []),
                            parse_float_list(threshold or []), parse_int_list(expert_coreset or []),
                            parse_int_list(reveal_k or []), verify)

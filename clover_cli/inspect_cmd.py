@@ -43,14 +43,14 @@ def command(
 
         clover inspect demo -c 4096 --fit
     """
-    from clover_runtime.errors import CloverError
     from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, context_for, fit_report
     from clover_runtime.model_summary import summarize
 
     from . import console
+    from .usage import UsageError
 
     if cache_type not in CACHE_TYPES:
-        raise CloverError(f"unknown --cache-type '{cache_type}' (use one of: {', '.join(CACHE_TYPES)})")
+        raise UsageError(f"unknown --cache-type '{cache_type}' (use one of: {', '.join(CACHE_TYPES)})")
     opened = open_for_inspect(model)
     try:
         summary = summarize(opened, filename=Path(model).name if Path(model).exists() else model)

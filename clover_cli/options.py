@@ -69,7 +69,9 @@ def main_gpu_option(*, annotated: bool = False) -> Any:
 
 
 def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int) -> Any:
-    """The runtime's OffloadRequest from the flags; a bad -ngl is one line (CloverError)."""
+    """The runtime's OffloadRequest from the flags; a bad -ngl is one line (CloverError). A pasted
+    llama.cpp line's `-ngl 99` on a machine without a GPU (or without torch) warns and runs on the
+    CPU, as llama.cpp does; only an explicit --device that cannot be met stays an error."""
     from clover_runtime.errors import CloverError
     from clover_runtime.offload import OffloadRequest, parse_gpu_layers
 
@@ -77,4 +79,31 @@ def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str,
         n = parse_gpu_layers(ngl)
     except ValueError as exc:
         raise CloverError(str(exc)) from None
-    return OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
+    request = OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
+    if n > 0 and device == "auto":
+        missing = _no_gpu(request)
+        if missing:
+            from . import console
+
+            console.warn(f"-ngl {ngl} ignored: {missing}; running on the CPU")
+            return OffloadRequest(0, cpu_moe, n_cpu_moe, device, main_gpu)
+    return request
+
+
+def _no_gpu(request: Any) -> str | None:
+    """Why `request` cannot put layers on a GPU here (no torch, a broken torch, no device), or None
+    when it can."""
+    from clover_runtime.errors import CloverError
+    from clover_runtime.torch_backend import require_torch
+
+    try:
+        require_torch()
+    except CloverError as exc:
+        return exc.message
+    from clover_runtime.torch_backend.group import request_device
+
+    try:
+        request_device(request)
+    except CloverError:
+        return "no GPU found (torch sees no CUDA or MPS device)"
+    return None

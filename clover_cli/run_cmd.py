@@ -133,24 +133,28 @@ def command(
 
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
-    from clover_runtime.errors import CloverError
 
     from .model_setup import compile_first_run, prepare
     from .options import offload_request
+    from .usage import UsageError, choice
 
+    choice("--decode", decode, ("auto", "diffusion", "ar"))
+    choice("--backend", backend, ("auto", "numba", "numpy"))
     if model_opt and model and prompt is not None:
-        raise CloverError("the model is given twice (argument and -m)", "give it once")
+        raise UsageError("the model is given twice (argument and -m)", "give it once")
     if model_opt and model:
         prompt = model
         model = model_opt
     model = model_opt or model
     if reasoning_budget not in (-1, 0):
-        raise CloverError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
-                          "a token budget for the reasoning is not supported yet: use -1 or 0")
+        raise UsageError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
+                         "a token budget for the reasoning is not supported yet: use -1 or 0")
     think = think and reasoning_budget != 0
     if prompt is not None and prompt_opt is not None:
-        raise CloverError("the prompt is given twice (argument and -p)", "give it once")
+        raise UsageError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
+    if text is None and not sys.stdin.isatty():  # refused before the model loads
+        raise UsageError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
     offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints, offload=offload)
     given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
@@ -160,8 +164,6 @@ def command(
     max_tokens = n_predict if n_predict > 0 else prep.n_ctx
     params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
                           expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling, verify=verify)
-    if decode not in ("auto", "diffusion", "ar"):
-        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
                         backend=backend, defaults=params, exact_kernels=exact_kernels, offload=offload)
     compile_first_run(session.model)
@@ -173,8 +175,6 @@ def command(
     if session.template.is_fallback:
         console.warn("the model has no chat template; using ChatML")
     if text is None:
-        if not sys.stdin.isatty():
-            raise CloverError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
         from .repl import Repl
 
         con = console.out()
@@ -192,6 +192,8 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     from clover_runtime.decoding.constraint import GrammarError
     from clover_runtime.errors import CloverError
 
+    from .usage import UsageError
+
     given = [(flag, kind, value, path) for flag, kind, value, path in (
         ("--grammar", "gbnf", grammar, None), ("--grammar-file", "gbnf", None, grammar_file),
         ("--json-schema", "json_schema", json_schema, None),
@@ -200,7 +202,7 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     if not given:
         return None
     if len(given) > 1:
-        raise CloverError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
+        raise UsageError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
     flag, kind, text, path = given[0]
     if path is not None:
         try:

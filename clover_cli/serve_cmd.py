@@ -189,13 +189,15 @@ def command(
     """
     from clover_runtime.errors import CloverError
 
+    from .usage import UsageError, choice
+
     model = model_opt or model_arg  # None: the default model, as `clover run` does
     if model_arg and model_opt and model_arg != model_opt:
-        raise CloverError("the model is given twice (argument and -m)", "give it once")
-    if decode is not None and decode not in ("auto", "diffusion", "ar"):
-        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
+        raise UsageError("the model is given twice (argument and -m)", "give it once")
+    if decode is not None:
+        choice("--decode", decode, ("auto", "diffusion", "ar"))
     if think is False and reasoning_budget > 0 or think and reasoning_budget == 0:
-        raise CloverError(f"--{'no-' if think is False else ''}think and --reasoning-budget {reasoning_budget} "
+        raise UsageError(f"--{'no-' if think is False else ''}think and --reasoning-budget {reasoning_budget} "
                           "disagree", "give one of them")
     if think is False:
         reasoning_budget = 0

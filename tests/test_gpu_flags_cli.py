@@ -44,17 +44,35 @@ def _torch_importable() -> bool:
 
 
 @pytest.mark.parametrize("command,args", [
-    ("run", ["hello", "-n", "4", "-ngl", "99"]),
+    ("run", ["hello", "-n", "4", "-ngl", "99", "--device", "cuda"]),
     ("run", ["hello", "-n", "4", "--cpu-moe", "--device", "cuda"]),
-    ("serve", ["-ngl", "99", "--port", "0"]),
-    ("bench", ["-ngl", "all", "-p", "0", "-n", "4", "-dg", "0", "-r", "1"]),
+    ("serve", ["--device", "cuda", "--port", "0"]),
+    ("bench", ["-ngl", "all", "--device", "cuda", "-p", "0", "-n", "4", "-dg", "0", "-r", "1"]),
 ])
-def test_without_torch_gpu_flags_say_how_to_get_it(command: str, args: list[str], model: str,
-                                                   tmp_path: Path) -> None:
+def test_without_torch_asking_for_a_device_says_how_to_get_it(command: str, args: list[str], model: str,
+                                                              tmp_path: Path) -> None:
     res = _clover(command, model, *args, home=tmp_path, no_torch=True)
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip().splitlines()[0] == HINT, res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("command,args", [
+    ("run", ["hello", "-n", "4", "--no-think", "-v", "-ngl", "99"]),
+    ("bench", ["-ngl", "all", "-p", "0", "-n", "4", "-dg", "0", "-r", "1", "-o", "json"]),
+])
+def test_without_torch_a_pasted_ngl_warns_and_runs_on_the_cpu(command: str, args: list[str], model: str,
+                                                              tmp_path: Path) -> None:
+    """llama.cpp runs `-ngl 99` on the CPU where there is no GPU; so does clover, saying so once."""
+    res = _clover(command, model, *args, home=tmp_path, no_torch=True)
+    assert res.returncode == 0, res.stderr
+    flag = args[args.index("-ngl") + 1]
+    warning = f"warning: -ngl {flag} ignored: {HINT.removeprefix('error: ')}; running on the CPU"
+    assert res.stderr.splitlines().count(warning) == 1, res.stderr
+    if command == "run":
+        assert "weights: CPU only" in res.stderr and res.stdout.strip()
+    else:
+        assert json.loads(res.stdout)[0]["n_gpu_layers"] == 0
 
 
 def test_without_torch_the_default_runs_on_the_cpu(model: str, tmp_path: Path) -> None:
@@ -84,14 +102,17 @@ def test_torch_on_the_cpu_device_runs_and_reports_the_placement(model: str, tmp_
 
 
 @pytest.mark.skipif(not _torch_importable(), reason="torch is not installed (the gpu extra)")
-def test_asking_for_a_gpu_where_there_is_none_is_one_line(model: str, tmp_path: Path) -> None:
+def test_asking_for_a_gpu_where_there_is_none_warns_and_runs_on_the_cpu(model: str, tmp_path: Path) -> None:
     import torch
 
     if torch.cuda.is_available() or torch.backends.mps.is_available():
         pytest.skip("this machine has a GPU")
     res = _clover("run", model, "hello", "-n", "4", "-ngl", "99", home=tmp_path)
-    assert res.returncode == 1
-    assert res.stderr.strip().splitlines()[0].startswith("error: -ngl: no GPU found"), res.stderr
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[0] == ("warning: -ngl 99 ignored: no GPU found (torch sees no CUDA or "
+                                                  "MPS device); running on the CPU"), res.stderr
+    res = _clover("run", model, "hello", "-n", "4", "--device", "cuda", home=tmp_path)
+    assert res.returncode == 1 and res.stderr.startswith("error: device 'cuda': torch sees no CUDA GPU")
 
 
 

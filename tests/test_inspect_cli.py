@@ -190,7 +190,7 @@ def test_fit_json_and_cache_type(tiny, capsys, monkeypatch):
     assert mem["estimate"]["kv_per_token"] == 1 * 2 * (16 + 16) * 34 // 32
     assert [r["n_ctx"] for r in mem["table"]] == [4096]  # capped at the model's 4,096
     code, out, err = run_clover(["inspect", str(tiny), "--cache-type", "q4_0"], capsys, monkeypatch)
-    assert code == 1 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f32, f16, q8_0)"
+    assert code == 2 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f32, f16, q8_0)"
 
 
 def test_default_context_is_16k_capped(real, tiny, capsys, monkeypatch):
