@@ -42,6 +42,10 @@ app = typer.Typer(
 
 GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
 
+Try it now, with the small model that ships with clover (no download):
+
+  clover run demo "What is 48 + 36?" --no-think
+
   clover pull owner/repo:Q4_K_M     download a model into the Hugging Face cache
   clover run [MODEL]                chat in the terminal (or one-shot with a prompt)
   clover serve -c 16384             OpenAI-compatible API at /v1 and a chat page at /
@@ -54,7 +58,8 @@ GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
   clover doctor                     is this machine ready, and does the default model fit
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
 
-Run `clover COMMAND --help` for the options of each command.
+MODEL is demo, a .gguf path or owner/repo[:QUANT].
+`clover COMMAND --help` lists the options of each command.
 """
 
 

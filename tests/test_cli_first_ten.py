@@ -4,7 +4,9 @@ runs the real `clover` entry point in a subprocess against a real synthetic mode
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +87,63 @@ def test_every_usage_error_exits_2(args: list[str], first: str, model: str, tmp_
     assert res.returncode == 2, res.stderr
     assert res.stderr.splitlines()[0].startswith(first), res.stderr
     assert "Traceback" not in res.stderr and "compiling" not in res.stderr  # refused before loading
+
+
+# -- item 3: demo everywhere a newcomer looks ----------------------------------------------------------
+
+def test_the_guide_starts_with_demo(tmp_path: Path) -> None:
+    res = _clover(home=tmp_path)
+    assert res.returncode == 0
+    first = [line.strip() for line in res.stdout.splitlines() if line.startswith("  clover ")][0]
+    assert first.startswith("clover run demo ")
+
+
+@pytest.mark.parametrize("prompt", ["What is 2 + 2?", "hello", 'say "hi"'])
+def test_a_prompt_given_as_the_model_says_what_was_meant(prompt: str, tmp_path: Path) -> None:
+    res = _clover("run", prompt, home=tmp_path)
+    assert res.returncode == 2
+    shown = '"' + prompt.replace('"', '\\"') + '"'
+    assert res.stderr.splitlines() == [f"error: {shown} is not a model; did you mean: clover run demo {shown}"]
+
+
+def test_a_model_name_is_not_taken_for_a_prompt(model: str, tmp_path: Path) -> None:
+    """demo, a file and owner/repo are models: only the network or the cache can refuse them."""
+    res = _clover("run", "acme/Nothing-GGUF", "hi", home=tmp_path, HF_HUB_OFFLINE="1")
+    assert res.returncode == 1 and "is not a model" not in res.stderr
+    res = _clover("run", model, "hi", "-n", "1", "--no-think", home=tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+def test_offline_without_the_model_points_to_demo(tmp_path: Path) -> None:
+    offline = _clover("run", "-p", "hi", home=tmp_path, HF_HUB_OFFLINE="1")
+    assert offline.returncode == 1
+    assert offline.stderr.startswith("error: required file is not available in cache (offline mode)")
+    assert offline.stderr.splitlines()[-1].endswith('or try the model that ships with clover: '
+                                                    'clover run demo "What is 48 + 36?"')
+    with socket.socket() as sock:  # a loopback port nobody listens on: the Hub is unreachable
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cut = _clover("run", "-p", "hi", home=tmp_path, HF_ENDPOINT=f"http://127.0.0.1:{port}")
+    assert cut.returncode == 1 and cut.stderr.startswith("error: cannot reach the Hub")
+    assert "clover run demo" in cut.stderr.splitlines()[-1]
+
+
+def test_list_rm_doctor_and_bench_name_demo(tmp_path: Path) -> None:
+    from clover_runtime.demo import demo_path
+
+    from clover_cli.fit_table import human_bytes
+
+    listing = _clover("list", home=tmp_path)
+    assert listing.returncode == 0
+    assert listing.stdout.splitlines()[-1].split() == ["demo", "(built", "in)",
+                                                         *human_bytes(demo_path().stat().st_size).split(),
+                                                         str(demo_path())]
+    assert json.loads(_clover("list", "--json", home=tmp_path).stdout) == []  # scripts see the cache only
+    rm = _clover("rm", "demo", "-y", home=tmp_path)
+    assert rm.returncode == 1 and demo_path().exists()
+    assert rm.stderr.splitlines()[0] == "error: demo is built in (it ships with clover) and cannot be removed"
+    doctor = _clover("doctor", home=tmp_path)
+    assert doctor.returncode == 0 and 'clover run demo "What is 48 + 36?"' in doctor.stdout
+    bench = _clover("bench", home=tmp_path)
+    assert bench.returncode == 2 and bench.stderr.splitlines() == [
+        "error: no model given", "hint: try the model that ships with clover: clover bench demo"]
