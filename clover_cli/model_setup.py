@@ -89,24 +89,34 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
 
 
 COMPILING = "compiling kernels (first run only)…"
+_compiled_here = {"said": False}  # the message shows once per process, not again for each new quant type
 
 
 def compile_first_run(model: Any, *, spinner: bool = True) -> None:
-    """On a first run, compile the kernels before the first reply under a spinner on stderr (a line
-    when stderr is not a terminal, or without `spinner`) instead of a silent pause inside the
-    first forward."""
+    """On a first run, compile the kernels before the first reply under a spinner with the seconds
+    spent on stderr (a line when stderr is not a terminal, or without `spinner`) instead of a silent
+    pause inside the first forward. A later model in the same process (bench over several quant
+    types) compiles only its new kernels, a shorter pause, without saying so again."""
     from clover_runtime.kernel_warmup import compile_kernels, needs_compile
 
     from . import console
 
     if not needs_compile(model):
         return
+    if _compiled_here["said"]:
+        compile_kernels(model)
+        return
+    _compiled_here["said"] = True
     con = console.err()
     if not (spinner and con.is_terminal):
         console.info(COMPILING)
         compile_kernels(model)
         return
-    with con.status(COMPILING, spinner="dots"):
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn("dots"), TextColumn(COMPILING), TextColumn("{task.elapsed:.0f} s", style="dim"),
+                  console=con, transient=True) as progress:
+        progress.add_task("compile", total=None)
         compile_kernels(model)
 
 

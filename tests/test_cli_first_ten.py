@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -147,3 +149,94 @@ def test_list_rm_doctor_and_bench_name_demo(tmp_path: Path) -> None:
     bench = _clover("bench", home=tmp_path)
     assert bench.returncode == 2 and bench.stderr.splitlines() == [
         "error: no model given", "hint: try the model that ships with clover: clover bench demo"]
+
+
+# -- item 7: the smaller fixes -------------------------------------------------------------------------
+
+def test_inspect_fit_past_the_context_prints_only_the_error(model: str, tmp_path: Path) -> None:
+    res = _clover("inspect", model, "-c", "8192", "--fit", home=tmp_path)
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr.splitlines() == [f"error: {Path(model).name}: -c 8192 is larger than the model's "
+                                       "context length 4096"]
+
+
+def test_inspect_template_prints_only_the_template(tmp_path: Path) -> None:
+    from clover_runtime.demo import demo_path
+    from clover_runtime.gguf_file import open_gguf
+
+    with open_gguf(demo_path()) as f:
+        template = f.metadata["tokenizer.chat_template"]
+    res = _clover("inspect", "demo", "--template", home=tmp_path)
+    assert res.returncode == 0 and res.stdout == template + "\n" and res.stderr == ""
+
+
+def _repl(model: str, home: Path) -> Any:
+    import pexpect
+
+    child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", model, "-n", "4", "--no-think", "-c", "512",
+                                           "-sys", "You are terse."],
+                          env={**_env(home), "TERM": "xterm"}, encoding="utf-8", codec_errors="replace",
+                          timeout=180, dimensions=(40, 120))
+    child.expect(">>> ")
+    return child
+
+
+def test_repl_show_info_and_system_print_what_they_name(model: str, tmp_path: Path) -> None:
+    child = _repl(model, tmp_path)
+    try:
+        child.sendline("/show info")
+        child.expect(">>> ")
+        info = child.before
+        child.sendline("/show system")
+        child.expect(">>> ")
+        system = child.before
+        child.sendline("/bye")
+    finally:
+        child.close()
+    assert "clover ·" not in info and "decode" not in info  # not the banner
+    assert "architecture" in info and "clover-moe" in info and "512 tokens of context" in info
+    assert system.splitlines()[1:] == ["You are terse."], system
+
+
+def test_repl_load_of_a_model_file_is_one_clear_line(model: str, tmp_path: Path) -> None:
+    child = _repl(model, tmp_path)
+    try:
+        child.sendline(f"/load {model}")
+        child.expect(">>> ")
+        binary = child.before
+        child.sendline(f"/load {tmp_path / 'missing.json'}")
+        child.expect(">>> ")
+        missing = child.before
+        child.sendline("/show system")  # the chat goes on
+        child.expect(">>> ")
+        after = child.before
+        child.sendline("/bye")
+    finally:
+        child.close()
+    assert binary.splitlines()[1:] == [f"cannot load {model}: it is not a conversation saved with /save (to chat "
+                                       "with another model, start clover run with it)"], binary
+    assert "codec" not in binary and "utf-8" not in binary
+    assert missing.splitlines()[1:] == [f"cannot load {tmp_path / 'missing.json'}: No such file or directory"]
+    assert "You are terse." in after
+
+
+def test_the_compile_message_shows_once_per_process_with_its_seconds(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A terminal sees a spinner with the seconds spent; a second quant type in the same process
+    (bench over two files) compiles its few new kernels without saying so again."""
+    from clover_runtime.engine import load_model
+    from clover_runtime.kernel_warmup import needs_compile
+
+    from clover_cli import model_setup
+
+    # markers only: numba read its own cache folder at import, so the kernels stay compiled
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws the spinner as on a terminal
+    monkeypatch.setenv("TTY_INTERACTIVE", "1")
+    monkeypatch.setitem(model_setup._compiled_here, "said", False)
+    first, second = (load_model(tiny_model_path(q), backend="numba") for q in ("Q8_0", "Q4_K"))
+    assert needs_compile(first) and needs_compile(second)
+    model_setup.compile_first_run(first)
+    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err)  # the terminal's cursor moves
+    assert re.search(r"compiling kernels \(first run only\)… +\d+ s", err), err
+    model_setup.compile_first_run(second)
+    assert capsys.readouterr().err == "" and not needs_compile(second)
