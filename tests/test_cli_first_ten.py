@@ -228,15 +228,17 @@ def test_the_compile_message_shows_once_per_process_with_its_seconds(monkeypatch
 
     from clover_cli import model_setup
 
-    # markers only: numba read its own cache folder at import, so the kernels stay compiled
+    # the "compiled" markers in a folder of this test's own, so both models need a compile here whatever
+    # other tests did (kernels this process already compiled stay in memory; new ones may cache there)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws the spinner as on a terminal
     monkeypatch.setenv("TTY_INTERACTIVE", "1")
     monkeypatch.setitem(model_setup._compiled_here, "said", False)
-    first, second = (load_model(tiny_model_path(q), backend="numba") for q in ("Q8_0", "Q4_K"))
-    assert needs_compile(first) and needs_compile(second)
-    model_setup.compile_first_run(first)
-    err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err)  # the terminal's cursor moves
-    assert re.search(r"compiling kernels \(first run only\)… +\d+ s", err), err
-    model_setup.compile_first_run(second)
-    assert capsys.readouterr().err == "" and not needs_compile(second)
+    with load_model(tiny_model_path("Q8_0"), backend="numba") as first, \
+            load_model(tiny_model_path("Q4_K"), backend="numba") as second:
+        assert needs_compile(first) and needs_compile(second)
+        model_setup.compile_first_run(first)
+        err = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", capsys.readouterr().err)  # the terminal's cursor moves
+        assert re.search(r"compiling kernels \(first run only\)… +\d+ s", err), err
+        model_setup.compile_first_run(second)
+        assert capsys.readouterr().err == "" and not needs_compile(second)
