@@ -69,16 +69,17 @@ def main_gpu_option(*, annotated: bool = False) -> Any:
 
 
 def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int) -> Any:
-    """The runtime's OffloadRequest from the flags; a bad -ngl is one line (CloverError). A pasted
+    """The runtime's OffloadRequest from the flags; a bad -ngl is a usage error (exit 2). A pasted
     llama.cpp line's `-ngl 99` on a machine without a GPU (or without torch) warns and runs on the
     CPU, as llama.cpp does; only an explicit --device that cannot be met stays an error."""
-    from clover_runtime.errors import CloverError
     from clover_runtime.offload import OffloadRequest, parse_gpu_layers
+
+    from .usage import UsageError
 
     try:
         n = parse_gpu_layers(ngl)
     except ValueError as exc:
-        raise CloverError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     request = OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
     if n > 0 and device == "auto":
         missing = _no_gpu(request)

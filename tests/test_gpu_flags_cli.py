@@ -83,7 +83,7 @@ def test_without_torch_the_default_runs_on_the_cpu(model: str, tmp_path: Path) -
 
 def test_a_bad_layer_count_is_one_line(model: str, tmp_path: Path) -> None:
     res = _clover("run", model, "hello", "-ngl", "lots", home=tmp_path)
-    assert res.returncode == 1
+    assert res.returncode == 2  # a usage error
     assert res.stderr.strip().splitlines()[0] == "error: -ngl takes a layer count, auto or all, not 'lots'"
 
 
