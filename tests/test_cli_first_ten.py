@@ -223,8 +223,8 @@ def test_repl_load_of_a_model_file_is_one_clear_line(model: str, tmp_path: Path)
 def test_the_compile_message_shows_once_per_process_with_its_seconds(monkeypatch, capsys, tmp_path: Path) -> None:
     """A terminal sees a spinner with the seconds spent; a second quant type in the same process
     (bench over two files) compiles its few new kernels without saying so again."""
-    from clover_runtime.engine import load_model
     from clover_runtime.kernel_warmup import needs_compile
+    from clover_runtime.loader import load_model
 
     from clover_cli import model_setup
 
