@@ -29,9 +29,11 @@ from . import (
     serve_cmd,
     stop_cmd,
 )
+from .help_text import HelpCommand, HelpGroup
 
 app = typer.Typer(
     name="clover",
+    cls=HelpGroup,
     help="Run Clover block-diffusion GGUF models locally: pull, run, serve, bench, inspect.",
     no_args_is_help=False,
     add_completion=True,
@@ -40,6 +42,10 @@ app = typer.Typer(
 )
 
 GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
+
+Try it now, with the small model that ships with clover (no download):
+
+  clover run demo "What is 48 + 36?" --no-think
 
   clover pull owner/repo:Q4_K_M     download a model into the Hugging Face cache
   clover run [MODEL]                chat in the terminal (or one-shot with a prompt)
@@ -54,7 +60,8 @@ GUIDE = """clover {version}: Clover block-diffusion models on your own machine.
   clover make-model tiny.gguf       write a small synthetic Clover model to try things on
   clover completion powershell      print the shell completion script (bash, zsh, fish, powershell)
 
-Run `clover COMMAND --help` for the options of each command.
+MODEL is demo, a .gguf path or owner/repo[:QUANT].
+`clover COMMAND --help` lists the options of each command.
 """
 
 
@@ -101,18 +108,11 @@ def root(
         raise typer.Exit()
 
 
-app.command("pull")(pull_cmd.command)
-app.command("run")(run_cmd.command)
-app.command("serve")(serve_cmd.command)
-app.command("ps")(ps_cmd.command)
-app.command("stop")(stop_cmd.command)
-app.command("bench")(bench_cmd.command)
-app.command("inspect")(inspect_cmd.command)
-app.command("make-model")(make_model_cmd.command)
-app.command("list")(list_cmd.command)
-app.command("rm")(rm_cmd.command)
-app.command("doctor")(doctor_cmd.command)
-app.command("completion")(completion_cmd.command)
+for _name, _module in (("pull", pull_cmd), ("run", run_cmd), ("serve", serve_cmd), ("ps", ps_cmd),
+                      ("stop", stop_cmd), ("bench", bench_cmd), ("inspect", inspect_cmd),
+                      ("make-model", make_model_cmd), ("list", list_cmd), ("rm", rm_cmd), ("doctor", doctor_cmd),
+                      ("completion", completion_cmd)):
+    app.command(_name, cls=HelpCommand)(_module.command)
 
 
 def main() -> None:
@@ -154,7 +154,7 @@ def _run(args: list[str]) -> int:
 
     group = get_command(app)
     try:
-        args = rewrite(args, group)
+        args = rewrite(args, group, console.warn)
         result = group.main(args=args, prog_name="clover", standalone_mode=False)
     except MissingFlag as exc:
         console.print_error(exc.message, f"clover {exc.command} --help lists its options")

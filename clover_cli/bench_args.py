@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from clover_runtime.errors import CloverError
+from .usage import UsageError
 
 _RANGE_RE = re.compile(r"^(?P<a>\d+)-(?P<b>\d+)(?:(?P<op>[+*])(?P<step>\d+))?$")
 
@@ -24,12 +24,12 @@ def parse_int_list(values: Iterable[str]) -> list[int]:
                 try:
                     out.append(int(part))
                 except ValueError:
-                    raise CloverError(f"invalid number or range '{part}'") from None
+                    raise UsageError(f"invalid number or range '{part}'") from None
                 continue
             a, b = int(m.group("a")), int(m.group("b"))
             op, step = m.group("op") or "+", int(m.group("step") or 1)
             if step <= 0 or (op == "*" and step == 1) or b < a or (op == "*" and a == 0):
-                raise CloverError(f"invalid range '{part}'")
+                raise UsageError(f"invalid range '{part}'")
             x = a
             while x <= b:
                 out.append(x)
@@ -46,7 +46,7 @@ def parse_float_list(values: Iterable[str]) -> list[float]:
                 try:
                     out.append(float(part))
                 except ValueError:
-                    raise CloverError(f"invalid number '{part.strip()}'") from None
+                    raise UsageError(f"invalid number '{part.strip()}'") from None
     return out
 
 
@@ -56,6 +56,6 @@ def parse_pairs(values: Iterable[str]) -> list[tuple[int, int]]:
     for value in values:
         parts = [p.strip() for p in str(value).split(",")]
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise CloverError(f"-pg takes two numbers 'pp,tg', got '{value}'")
+            raise UsageError(f"-pg takes two numbers 'pp,tg', got '{value}'")
         out.append((int(parts[0]), int(parts[1])))
     return out

@@ -11,40 +11,64 @@ from typing import Annotated
 import typer
 
 from .completion import complete_model
-from .options import cpu_moe_option, device_option, main_gpu_option, n_cpu_moe_option, ngl_option
+from .options import (
+    DIFFUSION,
+    MODEL,
+    OUTPUT,
+    PLACEMENT,
+    TESTS,
+    cpu_moe_option,
+    device_option,
+    main_gpu_option,
+    n_cpu_moe_option,
+    ngl_option,
+)
 
 _L = list[str] | None
 
 
 def command(
-    models: Annotated[_L, typer.Argument(metavar="[MODEL]...", autocompletion=complete_model,
+    models: Annotated[_L, typer.Argument(metavar="MODEL", autocompletion=complete_model,
                                          help="demo, model files or Hub references (also -m, repeatable).")] = None,
-    model_opt: Annotated[_L, typer.Option("-m", "--model", help="Model to measure (repeatable).")] = None,
-    n_prompt: Annotated[_L, typer.Option("-p", "--n-prompt", help="Prompt tokens for ppN tests "
-                                         "(default 512; lists: 128,512 or 128-1024*2; 0 skips).")] = None,
-    n_gen: Annotated[_L, typer.Option("-n", "--n-gen",
+    model_opt: Annotated[_L, typer.Option("-m", "--model", metavar="MODEL", rich_help_panel=MODEL,
+                                          help="Model to measure (repeatable).")] = None,
+    offline: Annotated[bool, typer.Option("--offline", rich_help_panel=MODEL,
+                                          help="Use only models already on disk.")] = False,
+    n_prompt: Annotated[_L, typer.Option("-p", "--n-prompt", metavar="N", rich_help_panel=TESTS,
+                                         help="Prompt tokens for ppN tests (default 512; lists: 128,512 or "
+                                              "128-1024*2; 0 skips).")] = None,
+    n_gen: Annotated[_L, typer.Option("-n", "--n-gen", metavar="N", rich_help_panel=TESTS,
                                       help="Generated tokens for tgN tests (default 128; 0 skips).")] = None,
-    pg: Annotated[_L, typer.Option("-pg", help="Prompt then generation: 'pp,tg' (repeatable).")] = None,
-    n_diffusion: Annotated[_L, typer.Option("-dg", "--n-diffusion", help="Tokens for block-diffusion "
-                                            "dgN tests (default 128; 0 skips).")] = None,
-    depth: Annotated[_L, typer.Option("-d", "--n-depth", help="Tokens already in context.")] = None,
-    repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1, help="Runs per test.")] = 5,
-    threads: Annotated[_L, typer.Option("-t", "--threads", help="Threads (default: physical cores).")] = None,
-    backend: Annotated[_L, typer.Option("--backend", help="numba (default) or numpy.")] = None,
-    exact_kernels: Annotated[bool, typer.Option(
-        "--exact-kernels", help="numba: float kernels for quantized weights (no 8-bit activations).")] = False,
-    block_length: Annotated[_L, typer.Option("--block-length", help="Diffusion block length.")] = None,
-    threshold: Annotated[_L, typer.Option("--threshold", help="Diffusion reveal threshold.")] = None,
-    expert_coreset: Annotated[_L, typer.Option("--expert-coreset",
+    pg: Annotated[_L, typer.Option("-pg", metavar="PP,TG", rich_help_panel=TESTS,
+                                   help="Prompt then generation (repeatable).")] = None,
+    n_diffusion: Annotated[_L, typer.Option("-dg", "--n-diffusion", metavar="N", rich_help_panel=TESTS,
+                                            help="Tokens for diffusion dgN tests (default 128; 0 skips).")] = None,
+    depth: Annotated[_L, typer.Option("-d", "--n-depth", metavar="N", rich_help_panel=TESTS,
+                                      help="Tokens already in context.")] = None,
+    repetitions: Annotated[int, typer.Option("-r", "--repetitions", min=1, rich_help_panel=TESTS,
+                                             help="Runs per test.")] = 5,
+    no_warmup: Annotated[bool, typer.Option("--no-warmup", rich_help_panel=TESTS, help="No warm-up run.")] = False,
+    block_length: Annotated[_L, typer.Option("--block-length", metavar="N", rich_help_panel=DIFFUSION,
+                                             help="Diffusion block length.")] = None,
+    threshold: Annotated[_L, typer.Option("--threshold", metavar="N", rich_help_panel=DIFFUSION,
+                                          help="Diffusion reveal threshold.")] = None,
+    expert_coreset: Annotated[_L, typer.Option("--expert-coreset", metavar="K", rich_help_panel=DIFFUSION,
                                                help="Experts shared by a diffusion block.")] = None,
-    reveal_k: Annotated[_L, typer.Option("--reveal-k", help="dg: reveal exactly K tokens per pass instead of "
-                                         "by threshold (e.g. 1,2,4,8; speed at a known tokens per pass).")] = None,
+    reveal_k: Annotated[_L, typer.Option("--reveal-k", metavar="K", rich_help_panel=DIFFUSION,
+                                         help="dg: reveal exactly K tokens per pass instead of by threshold "
+                                              "(e.g. 1,2,4,8; speed at a known tokens per pass).")] = None,
     verify: Annotated[bool, typer.Option(
-        "--verify/--no-verify",
+        "--verify/--no-verify", rich_help_panel=DIFFUSION,
         help="dg: check each block against greedy AR at its commit (synthetic prompts: mostly cut).")] = False,
-    output: Annotated[str, typer.Option("-o", "--output", help="md, csv, json or jsonl.")] = "md",
-    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="No warm-up run.")] = False,
-    offline: Annotated[bool, typer.Option("--offline", help="Use only models already on disk.")] = False,
+    output: Annotated[str, typer.Option("-o", "--output", metavar="md|csv|json|jsonl", rich_help_panel=OUTPUT,
+                                        help="Output format.")] = "md",
+    threads: Annotated[_L, typer.Option("-t", "--threads", metavar="N", rich_help_panel=PLACEMENT,
+                                        help="Threads (default: physical cores).")] = None,
+    backend: Annotated[_L, typer.Option("--backend", metavar="numba|numpy", rich_help_panel=PLACEMENT,
+                                        help="CPU kernels (default: numba).")] = None,
+    exact_kernels: Annotated[bool, typer.Option(
+        "--exact-kernels", rich_help_panel=PLACEMENT,
+        help="numba: float kernels for quantized weights (no 8-bit activations).")] = False,
     n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
     cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
     n_cpu_moe: Annotated[int, n_cpu_moe_option(annotated=True)] = 0,
@@ -58,30 +82,28 @@ def command(
 
     Example:
 
-        clover bench model.gguf -p 512 -n 128 -dg 128 -t 1,2 -o md
+        clover bench demo -p 64 -n 64 -dg 64 -t 1,2 -o md
     """
     from clover_runtime.bench import build_info, make_configs, make_tests
-    from clover_runtime.errors import CloverError
 
     from .bench_args import parse_float_list, parse_int_list, parse_pairs
     from .bench_table import OUTPUT_FORMATS, render
     from .options import offload_request
+    from .usage import UsageError, choice
 
-    if output not in OUTPUT_FORMATS:
-        raise CloverError(f"unknown output format '{output}' (choose from {', '.join(OUTPUT_FORMATS)})")
+    choice("-o", output, tuple(OUTPUT_FORMATS))
     names = list(models or []) + list(model_opt or [])
     if not names:
-        raise CloverError("no model given", "pass a model file or reference, e.g. clover bench model.gguf")
+        raise UsageError("no model given", "try the model that ships with clover: clover bench demo")
     offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     backends = [b.strip() for v in (backend or ["numba"]) for b in v.split(",") if b.strip()]
     for b in backends:
-        if b not in ("numba", "numpy"):
-            raise CloverError(f"unknown backend '{b}' (choose from numba, numpy)")
+        choice("--backend", b, ("numba", "numpy"))
     tests = make_tests(parse_int_list(n_prompt or ["512"]), parse_int_list(n_gen or ["128"]),
                        parse_pairs(pg or []), parse_int_list(n_diffusion or ["128"]),
                        parse_int_list(depth or ["0"]) or [0])
     if not tests:
-        raise CloverError("no tests to run (every count is 0)")
+        raise UsageError("no tests to run (every count is 0)")
     if threads:
         thread_list = parse_int_list(threads)
     else:
@@ -89,7 +111,7 @@ def command(
 
         thread_list = [default_threads()]
     if any(t < 1 for t in thread_list):
-        raise CloverError("threads must be at least 1")
+        raise UsageError("-t: threads must be at least 1")
     configs = make_configs(thread_list, backends, parse_int_list(block_length or []),
                            parse_float_list(threshold or []), parse_int_list(expert_coreset or []),
                            parse_int_list(reveal_k or []), verify)

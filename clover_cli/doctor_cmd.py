@@ -65,6 +65,7 @@ def command(
     largest = fit.get("largest_context")
     if largest is not None:
         rows.append(("  largest context", f"{largest:,} tokens" if largest else "none"))
+    rows.append(("Try now", 'clover run demo "What is 48 + 36?" (the model that ships with clover, no download)'))
     con = console.out()
     print_pairs(con, rows, title="clover doctor")
     for line in verdict.get("advice", []) or []:

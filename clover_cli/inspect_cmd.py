@@ -24,7 +24,8 @@ def command(
                                      "Hub URL as in pull (a model not downloaded yet has only its header read)."),
     metadata: bool = typer.Option(False, "--metadata", help="Show every metadata key (gguf_dump style)."),
     tensors: bool = typer.Option(False, "--tensors", help="Show every tensor: elements, shape, type, bytes."),
-    template: bool = typer.Option(False, "--template", help="Print the chat template stored in the file."),
+    template: bool = typer.Option(False, "--template",
+                                  help="Print only the chat template stored in the file (to pipe to a file)."),
     as_json: bool = typer.Option(False, "--json", help="Print everything as one JSON document."),
     json_array: bool = typer.Option(False, "--json-array", help="With --json, include array values in full."),
     ctx_size: int | None = ctx_option(CTX_HELP + " The memory estimate is for this context."),
@@ -41,22 +42,29 @@ def command(
 
     Example:
 
-        clover inspect Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 32768 --fit
+        clover inspect demo -c 4096 --fit
     """
-    from clover_runtime.errors import CloverError
     from clover_runtime.memory_fit import CACHE_TYPES, NO_FIT, context_for, fit_report
     from clover_runtime.model_summary import summarize
 
     from . import console
+    from .usage import UsageError
 
     if cache_type not in CACHE_TYPES:
-        raise CloverError(f"unknown --cache-type '{cache_type}' (use one of: {', '.join(CACHE_TYPES)})")
+        raise UsageError(f"unknown --cache-type '{cache_type}' (use one of: {', '.join(CACHE_TYPES)})")
     opened = open_for_inspect(model)
     try:
         summary = summarize(opened, filename=Path(model).name if Path(model).exists() else model)
+        if template and not as_json:
+            _print_template(opened)
+            return
         cfg = summary.config
         n_ctx = context_for(ctx_size, cfg, summary.tensor_bytes, parallel)
         too_long = n_ctx > cfg.context_length
+        if too_long and fit:  # clover run and serve refuse it, so --fit does too, before any "fits"
+            console.print_error(f"{summary.filename}: -c {n_ctx} is larger than the model's context length "
+                                f"{cfg.context_length}")
+            raise typer.Exit(1)
         if too_long:
             console.warn(f"-c {n_ctx} is larger than the model's context length {cfg.context_length}")
         report = fit_report(cfg, summary.tensor_bytes, n_ctx, parallel, cache_type, ubatch=ubatch,
@@ -65,7 +73,7 @@ def command(
             doc = json_document(model, opened, summary, report, json_array=json_array)
             sys.stdout.write(json_text(doc) + "\n")
         else:
-            _render(opened, summary, report, metadata=metadata, tensors=tensors, template=template)
+            _render(opened, summary, report, metadata=metadata, tensors=tensors)
     finally:
         close = getattr(opened, "close", None)
         if close is not None:
@@ -73,10 +81,20 @@ def command(
     if fit and report.verdict.verdict == NO_FIT:
         console.print_error(f"{summary.filename}: {report.verdict.message}")
         raise typer.Exit(1)
-    if fit and too_long:  # clover run and serve refuse it, so --fit does too
-        console.print_error(f"{summary.filename}: -c {n_ctx} is larger than the model's context length "
-                            f"{cfg.context_length}")
-        raise typer.Exit(1)
+
+
+def _print_template(opened: Any) -> None:
+    """The chat template alone on stdout, as the file holds it, so `--template > t.jinja` saves it."""
+    from clover_runtime.errors import CloverError
+
+    from . import console
+
+    text = opened.metadata.get("tokenizer.chat_template")
+    if not text:
+        raise CloverError("this file has no chat template (tokenizer.chat_template)")
+    out = console.out()
+    out.print(console.safe(str(text), lines=True), end="" if str(text).endswith("\n") else "\n",
+              markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def json_text(doc: Any) -> str:
@@ -242,7 +260,7 @@ def summary_pairs(s: Any) -> list[tuple[str, str]]:
     ]
 
 
-def _render(opened: Any, s: Any, report: Any, *, metadata: bool, tensors: bool, template: bool) -> None:
+def _render(opened: Any, s: Any, report: Any, *, metadata: bool, tensors: bool) -> None:
     from . import console
     from .fit_table import human_bytes, is_plain, lit, print_pairs, print_table, render_fit
 
@@ -292,10 +310,3 @@ def _render(opened: Any, s: Any, report: Any, *, metadata: bool, tensors: bool, 
                 cols.pop(6)
                 trows = [r[:6] + r[7:] for r in trows]
             print_table(con, cols, trows, title=f"{len(trows)} tensors")
-    if template:
-        lit(con)
-        text = opened.metadata.get("tokenizer.chat_template")
-        if text:
-            lit(con, str(text))
-        else:
-            console.info("this file has no chat template (tokenizer.chat_template)")

@@ -7,7 +7,8 @@ global `-v` and `--no-color` follow the subcommand (`clover run -v …`), as lla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 _GPU = "GPU offload is an option of run, serve and bench"
@@ -66,6 +67,29 @@ _add("--diffusion-steps --diffusion-algorithm --diffusion-eps --diffusion-alg-te
      "clover reveals by confidence: see --threshold and --block-length")
 _add("--diffusion-visual", "use --visual")
 
+# llama.cpp flags that change nothing in clover: run, serve and bench warn in one line and go on, so
+# a pasted llama-cli / llama-server / llama-bench command line runs. flag -> (its value, why)
+# where the value is None (a switch), "required" (the next word) or a regex the next word may match.
+IGNORED: dict[str, tuple[str | None, str]] = {}
+RUNNERS = ("run", "serve", "bench")
+_SWITCH = r"^(on|off|auto|enabled|disabled|true|false|[01](,[01])*)$"
+
+
+def _ignore(names: str, value: str | None, why: str) -> None:
+    for name in names.split():
+        IGNORED[name] = (value, why)
+
+
+_ignore("--jinja", None, _TEMPLATE)
+_ignore("-fa --flash-attn", _SWITCH, "clover has its own attention kernels")
+_ignore("--mlock --no-mmap --mmap", None, "weights are memory-mapped read-only")
+_ignore("--numa", "required", "clover leaves NUMA placement to the operating system")
+_ignore("-cnv --conversation", None, "`clover run` without a prompt is already a conversation")
+_ignore("-b --batch-size -ub --ubatch-size", "required", "prompts are processed in chunks of 512 tokens")
+_ignore("-cb --cont-batching", None, "the server batches its -np sequences itself")
+_ignore("--metrics --slots", None, "clover serve's endpoints are always on")
+_ignore("-kvu --kv-unified", None, "each sequence has its own KV cache")
+
 GLOBAL_FLAGS = ("-v", "--verbose", "--no-color")
 
 
@@ -90,9 +114,10 @@ def _takes_value(cmd: Any) -> dict[str, bool]:
     return names
 
 
-def rewrite(args: Sequence[str], group: Any) -> list[str]:
-    """`args` with global flags given after a subcommand moved before it; raises MissingFlag for a
-    llama.cpp flag the subcommand does not take."""
+def rewrite(args: Sequence[str], group: Any, warn: Callable[[str], None] | None = None) -> list[str]:
+    """`args` with global flags given after a subcommand moved before it and the llama.cpp flags that
+    change nothing here dropped (each said to `warn`, one line); raises MissingFlag for a llama.cpp
+    flag the subcommand does not take."""
     args = list(args)
     root = _takes_value(group)
     i = 0
@@ -117,9 +142,26 @@ def rewrite(args: Sequence[str], group: Any) -> list[str]:
                 j += 1
         elif flag in GLOBAL_FLAGS:
             moved.append(word)
+        elif flag in IGNORED and name in RUNNERS:
+            j, shown = _skip_ignored(args, j, flag)
+            if warn is not None:
+                warn(f"clover {name} ignores {shown}: {IGNORED[flag][1]}")
         elif flag in MISSING:
             raise MissingFlag(name, flag)
         else:
             tail.append(word)
         j += 1
     return head[:i] + moved + head[i:] + tail
+
+
+def _skip_ignored(args: list[str], j: int, flag: str) -> tuple[int, str]:
+    """The index of the last word an ignored flag takes (itself, or its value too) and the flag as
+    given, for the warning."""
+    value, _ = IGNORED[flag]
+    word = args[j]
+    if value is None or "=" in word or j + 1 >= len(args):
+        return j, word
+    following = args[j + 1]
+    if value == "required" or re.match(value, following, re.IGNORECASE):
+        return j + 1, f"{word} {following}"
+    return j, word

@@ -25,11 +25,16 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
     """The runtime's one resolver (a local path as is, the cache, else a download) with its progress
     drawn on stderr."""
     from clover_runtime.hub import resolve_model
+    from clover_runtime.hub.resolve import NotCached
 
     from .hub_progress import HubProgress
 
-    with HubProgress() as progress:
-        return resolve_model(model, file=file, offline=offline, token=token, reporter=progress)
+    try:
+        with HubProgress() as progress:
+            return resolve_model(model, file=file, offline=offline, token=token, reporter=progress)
+    except NotCached as exc:  # no network and nothing cached: the model that ships with clover still runs
+        raise NotCached(exc.message, f"{exc.hint}; or try the model that ships with clover: "
+                                     f'clover run demo "What is 48 + 36?"') from None
 
 
 def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,
@@ -86,24 +91,34 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
 
 
 COMPILING = "compiling kernels (first run only)…"
+_compiled_here = {"said": False}  # the message shows once per process, not again for each new quant type
 
 
 def compile_first_run(model: Any, *, spinner: bool = True) -> None:
-    """On a first run, compile the kernels before the first reply under a spinner on stderr (a line
-    when stderr is not a terminal, or without `spinner`) instead of a silent pause inside the
-    first forward."""
+    """On a first run, compile the kernels before the first reply under a spinner with the seconds
+    spent on stderr (a line when stderr is not a terminal, or without `spinner`) instead of a silent
+    pause inside the first forward. A later model in the same process (bench over several quant
+    types) compiles only its new kernels, a shorter pause, without saying so again."""
     from clover_runtime.kernel_warmup import compile_kernels, needs_compile
 
     from . import console
 
     if not needs_compile(model):
         return
+    if _compiled_here["said"]:
+        compile_kernels(model)
+        return
+    _compiled_here["said"] = True
     con = console.err()
     if not (spinner and con.is_terminal):
         console.info(COMPILING)
         compile_kernels(model)
         return
-    with con.status(COMPILING, spinner="dots"):
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    with Progress(SpinnerColumn("dots"), TextColumn(COMPILING), TextColumn("{task.elapsed:.0f} s", style="dim"),
+                  console=con, transient=True) as progress:
+        progress.add_task("compile", total=None)
         compile_kernels(model)
 
 

@@ -18,22 +18,32 @@ def ctx_option(help_text: str = CTX_HELP, *, annotated: bool = False) -> Any:
     the default sits after the `=` instead of first in the call."""
     first = () if annotated else (None,)
     return typer.Option(*first, "-c", "--ctx-size", min=0, envvar="CLOVER_CTX_SIZE", show_default=False,
-                        help=help_text)
+                        help=help_text, rich_help_panel=CONTEXT)
 
 
-GPU_PANEL = "GPU offload (needs the gpu extra: torch)"
+# --help groups, in the order help_text prints them (llama.cpp's --help groups its flags the same way)
+MODEL = "model"
+CHAT = "chat"
+CONTEXT = "context"
+SAMPLING = "sampling"
+DIFFUSION = "diffusion"
+TESTS = "tests"
+OUTPUT = "output"
+SERVER = "server"
+PLACEMENT = "placement (GPU offload needs the gpu extra: torch)"
+PANELS = (MODEL, TESTS, CHAT, CONTEXT, SAMPLING, DIFFUSION, OUTPUT, SERVER, PLACEMENT)
 
 
 def _gpu_option(default: Any, annotated: bool, *names: str, env: str, **kw: Any) -> Any:
     """One of llama.cpp's GPU flags, the same in run, serve and bench (grouped in --help)."""
     first = () if annotated else (default,)
-    return typer.Option(*first, *names, envvar="CLOVER_" + env, rich_help_panel=GPU_PANEL, **kw)
+    return typer.Option(*first, *names, envvar="CLOVER_" + env, rich_help_panel=PLACEMENT, **kw)
 
 
 def ngl_option(*, annotated: bool = False) -> Any:
     """-ngl: llama.cpp's layer count on the GPU (auto: as many as fit when a GPU is present)."""
     return _gpu_option(None, annotated, "-ngl", "--n-gpu-layers", "--gpu-layers", env="N_GPU_LAYERS",
-                       show_default=False,
+                       show_default=False, metavar="N",
                        help="Layers on the GPU: a count, auto (default: as many as fit when a GPU is present) "
                             "or all; 0 keeps everything on the CPU.")
 
@@ -59,12 +69,44 @@ def main_gpu_option(*, annotated: bool = False) -> Any:
 
 
 def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int) -> Any:
-    """The runtime's OffloadRequest from the flags; a bad -ngl is one line (CloverError)."""
-    from clover_runtime.errors import CloverError
+    """The runtime's OffloadRequest from the flags; a bad -ngl is a usage error (exit 2). A pasted
+    llama.cpp line's `-ngl 99` on a machine without a GPU (or without torch) warns and runs on the
+    CPU, as llama.cpp does; only an explicit --device that cannot be met stays an error."""
     from clover_runtime.offload import OffloadRequest, parse_gpu_layers
+
+    from .usage import UsageError
 
     try:
         n = parse_gpu_layers(ngl)
     except ValueError as exc:
-        raise CloverError(str(exc)) from None
-    return OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
+        raise UsageError(str(exc)) from None
+    request = OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
+    if n > 0 and device == "auto":
+        missing = _no_gpu(request)
+        if missing:
+            from . import console
+
+            console.warn(f"-ngl {ngl} ignored: {missing}; running on the CPU")
+            return OffloadRequest(0, cpu_moe, n_cpu_moe, device, main_gpu)
+    return request
+
+
+def _no_gpu(request: Any) -> str | None:
+    """Why `request` cannot put layers on a GPU here (no torch, a broken torch, no device), or None
+    when it can."""
+    from clover_runtime.errors import CloverError
+    from clover_runtime.torch_backend import require_torch
+
+    try:
+        require_torch()
+    except CloverError as exc:
+        return exc.message
+    from clover_runtime.torch_backend.group import request_device
+
+    try:
+        request_device(request)
+    except CloverError as exc:
+        if "CUDA build" in (exc.hint or ""):  # a CPU-only torch beside an NVIDIA GPU: say how to fix it
+            return f"{exc.message.removeprefix('-ngl: ')}; {exc.hint}"
+        return "no GPU found (torch sees no CUDA device)"
+    return None

@@ -12,7 +12,7 @@ def command(
 
     Example:
 
-        clover serve --detach tiny.gguf && clover ps
+        clover serve demo --detach && clover ps
     """
     import json
     import time

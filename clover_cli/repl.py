@@ -33,7 +33,7 @@ HELP = f"""commands:
   /system TEXT           set the system prompt (empty: none)
   /set KEY VALUE         temperature, top_k, top_p, min_p, seed, max_tokens, threshold, block_length, decode
   /set think|nothink     let the model reason first, or answer at once
-  /show info|params|template
+  /show info|params|template|system
   /read FILE             send a file's contents as your message
   /save FILE, /load FILE the conversation as JSON, its prompt state in FILE.state (resumes without a prefill)
   \"\"\" … \"\"\"            multi-line input; Ctrl-C stops a reply or clears the line
@@ -169,16 +169,28 @@ class Repl:
         """A JSON conversation, and its saved state when FILE.state is there and is this model's."""
         from clover_runtime import state_file
 
+        shown = safe(path)
+        not_saved = (f"cannot load {shown}: it is not a conversation saved with /save "
+                     "(to chat with another model, start clover run with it)")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             system, history = data.get("system"), list(data["messages"])
             if not all(isinstance(m, dict) and "role" in m for m in history):
                 raise ValueError("every message needs a role")
         except RecursionError:
-            self.con.print(f"cannot load {path}: its JSON is nested too deeply", markup=False)
+            self.con.print(f"cannot load {shown}: its JSON is nested too deeply", markup=False)
             return
-        except (OSError, ValueError, KeyError, AttributeError, TypeError) as exc:
-            self.con.print(f"cannot load {path}: {exc}", markup=False)
+        except OSError as exc:
+            self.con.print(f"cannot load {shown}: {exc.strerror or exc}", markup=False)
+            return
+        except UnicodeDecodeError:  # a GGUF or other binary file: Ollama's /load takes a model
+            self.con.print(not_saved, markup=False)
+            return
+        except json.JSONDecodeError:
+            self.con.print(not_saved, markup=False)
+            return
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:
+            self.con.print(f"cannot load {shown}: {safe(exc)}", markup=False)
             return
         self.system, self.history = system, history
         held = ""
@@ -215,6 +227,8 @@ class Repl:
         self.con.print(f"Set parameter '{key}' to '{value}'", markup=False)
 
     def _show(self, what: str) -> None:
+        """What Ollama's /show prints: the model (info), the sampling (params), the chat template
+        and the system prompt; /show alone, the banner."""
         from .repl_params import show_rows
 
         if what == "template":
@@ -222,8 +236,27 @@ class Repl:
         elif what in ("params", "parameters"):
             for k, v in show_rows(self.params, self.think):
                 self.con.print(f"  {k:<20} {v}", markup=False)
+        elif what == "info":
+            for k, v in self._info():
+                self.con.print(f"  {k:<16} {safe(v)}", markup=False)
+        elif what == "system":
+            self.con.print(safe(self.system, lines=True) if self.system else "No system prompt set.", markup=False)
+        elif what:
+            self.con.print(f"unknown /show {safe(what)} (one of info, params, template, system)", markup=False)
         else:
             self.con.print(safe(self.banner, lines=True), markup=False)
+
+    def _info(self) -> list[tuple[str, str]]:
+        """The model's summary, as `clover inspect` shows it, and the context this chat has."""
+        from clover_runtime.model_summary import summarize
+
+        from .inspect_cmd import summary_pairs
+
+        model = self.session.model
+        rows = summary_pairs(summarize(model.file, filename=Path(str(model.file.path)).name))
+        keep = ("model", "architecture", "file", "parameters", "layers", "experts", "context", "block diffusion")
+        rows = [(k, v) for k, v in rows if k in keep]
+        return rows + [("this chat", f"{self.session.n_ctx:,} tokens of context")]
 
     # -- generation -------------------------------------------------------------------------------
     def ask(self, text: str) -> None:

@@ -35,12 +35,16 @@ def command(
 
         clover rm Diffuspace/Clover-35B-A3B-Preview-GGUF:Q8_0 -y
     """
+    from clover_runtime.demo import is_demo
     from clover_runtime.errors import CloverError
     from clover_runtime.hub import matching, remove
 
     from . import console
     from .fit_table import human_bytes
 
+    if is_demo(model):
+        raise CloverError("demo is built in (it ships with clover) and cannot be removed",
+                          "clover rm removes downloaded models: see them with clover list")
     found = matching(model)
     if not found:
         raise CloverError(f"no cached model matches {model}", "see what is cached with: clover list")

@@ -8,115 +8,156 @@ from pathlib import Path
 import typer
 
 from . import console
-from .options import cpu_moe_option, ctx_option, device_option, main_gpu_option, n_cpu_moe_option, ngl_option
+from .options import (
+    CHAT,
+    CONTEXT,
+    DIFFUSION,
+    MODEL,
+    OUTPUT,
+    PLACEMENT,
+    SAMPLING,
+    cpu_moe_option,
+    ctx_option,
+    device_option,
+    main_gpu_option,
+    n_cpu_moe_option,
+    ngl_option,
+)
 
 _E = "CLOVER_"
 _FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
 
 
 def command(
-    model: str | None = typer.Argument(None, help="demo, a GGUF path or owner/repo[:QUANT] "
-                                                        "(default: the Clover model).",
-                                          autocompletion=lambda incomplete: _complete(incomplete)),
-    prompt: str | None = typer.Argument(None, help="Answer this prompt and exit."),
-    model_opt: str | None = typer.Option(None, "-m", "--model", help="Model (same as MODEL).", envvar=_E + "MODEL"),
-    prompt_opt: str | None = typer.Option(None, "-p", "--prompt", help="Prompt for a one-shot answer."),
-    file: Path | None = typer.Option(None, "-f", "--file", help="Read the prompt from a file."),
-    system: str | None = typer.Option(None, "-sys", "--system-prompt", help="System prompt.",
-                                         envvar=_E + "SYSTEM_PROMPT"),
+    model: str | None = typer.Argument(None, metavar="MODEL", show_default=False,
+                                       help="demo (ships with clover), a GGUF path or owner/repo[:QUANT] "
+                                            "(default: the Clover model).",
+                                       autocompletion=lambda incomplete: _complete(incomplete)),
+    prompt: str | None = typer.Argument(None, metavar="PROMPT", show_default=False,
+                                        help="Answer this prompt and exit."),
+    model_opt: str | None = typer.Option(None, "-m", "--model", help="Model (same as MODEL).", envvar=_E + "MODEL",
+                                         rich_help_panel=MODEL),
+    offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE", rich_help_panel=MODEL,
+                                 help="Use only models already in the local cache."),
+    prompt_opt: str | None = typer.Option(None, "-p", "--prompt", metavar="TEXT", help="Prompt for a one-shot answer.",
+                                          rich_help_panel=CHAT),
+    file: Path | None = typer.Option(None, "-f", "--file", help="Read the prompt from a file.", rich_help_panel=CHAT),
+    system: str | None = typer.Option(None, "-sys", "--system-prompt", metavar="TEXT", help="System prompt.",
+                                      envvar=_E + "SYSTEM_PROMPT", rich_help_panel=CHAT),
+    chat_template_file: Path | None = typer.Option(None, "--chat-template-file", envvar=_E + "CHAT_TEMPLATE_FILE",
+                                                   help="Jinja chat template to use instead of the model's.",
+                                                   rich_help_panel=CHAT),
+    think: bool = typer.Option(True, "--think/--no-think", help="Let the model reason first (shown dimmed).",
+                               envvar=_E + "THINK", rich_help_panel=CHAT),
+    reasoning_budget: int = typer.Option(-1, "--reasoning-budget", envvar=_E + "REASONING_BUDGET", rich_help_panel=CHAT,
+                                         help="As llama.cpp: -1 lets the model reason, 0 turns reasoning off."),
     ctx_size: int | None = ctx_option(),
+    prompt_cache: Path | None = typer.Option(None, "--prompt-cache", rich_help_panel=CONTEXT,
+                                             help="One-shot: resume from this saved prompt state (when it exists "
+                                                  "and matches the model) and save the new one to it."),
+    ctx_checkpoints: int = typer.Option(8, "--ctx-checkpoints", min=0, envvar=_E + "CTX_CHECKPOINTS",
+                                        rich_help_panel=CONTEXT,
+                                        help="Prompt-cache checkpoints of the recurrent state kept (0: none)."),
+    checkpoint_every: int = typer.Option(2048, "--checkpoint-every", min=0, envvar=_E + "CHECKPOINT_EVERY",
+                                         rich_help_panel=CONTEXT,
+                                         help="Also checkpoint every N tokens of a long prefill (0: never)."),
     n_predict: int = typer.Option(-1, "-n", "--n-predict", help="Max tokens per reply (-1: until done or context).",
-                                  envvar=_E + "N_PREDICT"),
-    threads: int | None = typer.Option(None, "-t", "--threads", help="CPU threads (default: physical cores).",
-                                          envvar=_E + "THREADS"),
+                                  envvar=_E + "N_PREDICT", rich_help_panel=SAMPLING),
     temp: float | None = typer.Option(None, "--temp", min=0.0, help=f"Temperature (0: greedy). {_FROM_FILE} 0.8.",
-                                      envvar=_E + "TEMP", show_default=False),
+                                      envvar=_E + "TEMP", show_default=False, rich_help_panel=SAMPLING),
     top_k: int | None = typer.Option(None, "--top-k", min=0, help=f"{_FROM_FILE} 40.", envvar=_E + "TOP_K",
-                                     show_default=False),
+                                     show_default=False, rich_help_panel=SAMPLING),
     top_p: float | None = typer.Option(None, "--top-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.95.",
-                                       envvar=_E + "TOP_P", show_default=False),
+                                       envvar=_E + "TOP_P", show_default=False, rich_help_panel=SAMPLING),
     min_p: float | None = typer.Option(None, "--min-p", min=0.0, max=1.0, help=f"{_FROM_FILE} 0.05.",
-                                       envvar=_E + "MIN_P", show_default=False),
-    seed: int | None = typer.Option(None, "-s", "--seed", envvar=_E + "SEED"),
+                                       envvar=_E + "MIN_P", show_default=False, rich_help_panel=SAMPLING),
+    seed: int | None = typer.Option(None, "-s", "--seed", envvar=_E + "SEED", rich_help_panel=SAMPLING,
+                                    help="Random seed (default: a new one each run)."),
     repeat_penalty: float | None = typer.Option(None, "--repeat-penalty", help=f"{_FROM_FILE} 1.0.",
-                                                envvar=_E + "REPEAT_PENALTY", show_default=False),
-    presence_penalty: float = typer.Option(0.0, "--presence-penalty", envvar=_E + "PRESENCE_PENALTY"),
-    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", envvar=_E + "FREQUENCY_PENALTY"),
-    decode: str = typer.Option("auto", "--decode", help="auto | diffusion | ar", envvar=_E + "DECODE"),
+                                                envvar=_E + "REPEAT_PENALTY", show_default=False,
+                                                rich_help_panel=SAMPLING),
+    presence_penalty: float = typer.Option(0.0, "--presence-penalty", envvar=_E + "PRESENCE_PENALTY",
+                                           rich_help_panel=SAMPLING,
+                                           help="Penalty for any token already in the reply."),
+    frequency_penalty: float = typer.Option(0.0, "--frequency-penalty", envvar=_E + "FREQUENCY_PENALTY",
+                                            rich_help_panel=SAMPLING,
+                                            help="Penalty per earlier use of a token in the reply."),
+    decode: str = typer.Option("auto", "--decode", metavar="auto|diffusion|ar", envvar=_E + "DECODE",
+                               rich_help_panel=DIFFUSION,
+                               help="Block diffusion, one token per pass, or the faster of the two block by block."),
     block_length: int | None = typer.Option(None, "--block-length", "--diffusion-block-length", min=1,
-                                               envvar=_E + "BLOCK_LENGTH"),
-    threshold: float | None = typer.Option(None, "--threshold", min=0.0, max=1.0,
-                                              help="Reveal threshold (file default 0.9).", envvar=_E + "THRESHOLD"),
+                                            envvar=_E + "BLOCK_LENGTH", rich_help_panel=DIFFUSION,
+                                            help="Tokens per diffusion block (default: the file's, 32)."),
+    threshold: float | None = typer.Option(None, "--threshold", min=0.0, max=1.0, envvar=_E + "THRESHOLD",
+                                           help="Reveal threshold (file default 0.9).", rich_help_panel=DIFFUSION),
     verify: bool | None = typer.Option(None, "--verify/--no-verify", show_default=False, envvar=_E + "VERIFY",
+                                       rich_help_panel=DIFFUSION,
                                        help="Diffusion: check each block against greedy AR at its commit "
                                             "(default: on when greedy)."),
-    expert_coreset: int | None = typer.Option(None, "--expert-coreset",
-                                                 help="Share K experts across a block's rows.",
-                                                 envvar=_E + "EXPERT_CORESET"),
-    chat_template_file: Path | None = typer.Option(None, "--chat-template-file", envvar=_E + "CHAT_TEMPLATE_FILE"),
-    think: bool = typer.Option(True, "--think/--no-think", help="Let the model reason first (shown dimmed).",
-                               envvar=_E + "THINK"),
-    reasoning_budget: int = typer.Option(-1, "--reasoning-budget",
-                                         help="As llama.cpp: -1 lets the model reason, 0 turns reasoning off.",
-                                         envvar=_E + "REASONING_BUDGET"),
-    grammar: str | None = typer.Option(None, "--grammar", help="Constrain replies to this GBNF (or Lark) grammar.",
-                                       envvar=_E + "GRAMMAR"),
-    grammar_file: Path | None = typer.Option(None, "--grammar-file", help="Read the --grammar from a file."),
-    json_schema: str | None = typer.Option(None, "-j", "--json-schema",
+    expert_coreset: int | None = typer.Option(None, "--expert-coreset", metavar="K", envvar=_E + "EXPERT_CORESET",
+                                              help="Share K experts across a block's rows.", rich_help_panel=DIFFUSION),
+    grammar: str | None = typer.Option(None, "--grammar", metavar="GBNF", envvar=_E + "GRAMMAR", rich_help_panel=OUTPUT,
+                                       help="Constrain replies to this GBNF (or Lark) grammar."),
+    grammar_file: Path | None = typer.Option(None, "--grammar-file", help="Read the --grammar from a file.",
+                                             rich_help_panel=OUTPUT),
+    json_schema: str | None = typer.Option(None, "-j", "--json-schema", metavar="SCHEMA", rich_help_panel=OUTPUT,
                                            help="Constrain replies to JSON valid under this schema "
                                                 "(e.g. '{}' for any JSON object)."),
-    json_schema_file: Path | None = typer.Option(None, "-jf", "--json-schema-file",
+    json_schema_file: Path | None = typer.Option(None, "-jf", "--json-schema-file", rich_help_panel=OUTPUT,
                                                  help="Read the --json-schema from a file."),
-    visual: bool = typer.Option(False, "--visual", help="Show each block resolving live."),
-    as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats."),
-    show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS"),
-    backend: str = typer.Option("auto", "--backend", help="Kernels: auto | numba | numpy.", envvar=_E + "BACKEND"),
-    exact_kernels: bool = typer.Option(False, "--exact-kernels", envvar=_E + "EXACT_KERNELS",
+    visual: bool = typer.Option(False, "--visual", help="Show each block resolving live.", rich_help_panel=OUTPUT),
+    as_json: bool = typer.Option(False, "--json", help="One-shot: print answer, reasoning, tool calls, stats.",
+                                 rich_help_panel=OUTPUT),
+    show_timings: bool = typer.Option(True, "--show-timings/--no-show-timings", envvar=_E + "SHOW_TIMINGS",
+                                      rich_help_panel=OUTPUT,
+                                      help="Print the speed line after each reply (on stderr)."),
+    threads: int | None = typer.Option(None, "-t", "--threads", min=1, help="CPU threads (default: physical cores).",
+                                       envvar=_E + "THREADS", rich_help_panel=PLACEMENT),
+    backend: str = typer.Option("auto", "--backend", metavar="auto|numba|numpy", help="CPU kernels.",
+                                envvar=_E + "BACKEND", rich_help_panel=PLACEMENT),
+    exact_kernels: bool = typer.Option(False, "--exact-kernels", envvar=_E + "EXACT_KERNELS", rich_help_panel=PLACEMENT,
                                        help="Float kernels for quantized weights (slower; no 8-bit activations)."),
-    offline: bool = typer.Option(False, "--offline", envvar=_E + "OFFLINE"),
     n_gpu_layers: str | None = ngl_option(),
     cpu_moe: bool = cpu_moe_option(),
     n_cpu_moe: int = n_cpu_moe_option(),
     device: str = device_option(),
     main_gpu: int = main_gpu_option(),
-    prompt_cache: Path | None = typer.Option(None, "--prompt-cache",
-                                             help="One-shot: resume from this saved prompt state (when it exists "
-                                                  "and matches the model) and save the new one to it."),
-    ctx_checkpoints: int = typer.Option(8, "--ctx-checkpoints", min=0,
-                                        help="Prompt-cache checkpoints of the recurrent state kept (0: none).",
-                                        envvar=_E + "CTX_CHECKPOINTS"),
-    checkpoint_every: int = typer.Option(2048, "--checkpoint-every", min=0,
-                                         help="Also checkpoint every N tokens of a long prefill (0: never).",
-                                         envvar=_E + "CHECKPOINT_EVERY"),
 ) -> None:
     """Chat with a model in the terminal, or answer one prompt (argument, -p, -f or stdin).
 
     Example:
 
-        clover run tiny.gguf "Why is the sky blue?"
+        clover run demo "What is 17 + 25?" --no-think
     """
     from dataclasses import replace
 
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
-    from clover_runtime.errors import CloverError
 
     from .model_setup import compile_first_run, prepare
     from .options import offload_request
+    from .usage import UsageError, choice
 
+    choice("--decode", decode, ("auto", "diffusion", "ar"))
+    choice("--backend", backend, ("auto", "numba", "numpy"))
     if model_opt and model and prompt is not None:
-        raise CloverError("the model is given twice (argument and -m)", "give it once")
+        raise UsageError("the model is given twice (argument and -m)", "give it once")
     if model_opt and model:
         prompt = model
         model = model_opt
     model = model_opt or model
+    if model is not None and _looks_like_a_prompt(model):
+        shown = '"' + model.replace('"', '\\"') + '"'
+        raise UsageError(f"{shown} is not a model; did you mean: clover run demo {shown}")
     if reasoning_budget not in (-1, 0):
-        raise CloverError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
-                          "a token budget for the reasoning is not supported yet: use -1 or 0")
+        raise UsageError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
+                         "a token budget for the reasoning is not supported yet: use -1 or 0")
     think = think and reasoning_budget != 0
     if prompt is not None and prompt_opt is not None:
-        raise CloverError("the prompt is given twice (argument and -p)", "give it once")
+        raise UsageError("the prompt is given twice (argument and -p)", "give it once")
     text = _one_shot_text(prompt or prompt_opt, file)
+    if text is None and not sys.stdin.isatty():  # refused before the model loads
+        raise UsageError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
     offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
     prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints, offload=offload)
     given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
@@ -126,8 +167,6 @@ def command(
     max_tokens = n_predict if n_predict > 0 else prep.n_ctx
     params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
                           expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling, verify=verify)
-    if decode not in ("auto", "diffusion", "ar"):
-        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
     session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
                         backend=backend, defaults=params, exact_kernels=exact_kernels, offload=offload)
     compile_first_run(session.model)
@@ -139,8 +178,6 @@ def command(
     if session.template.is_fallback:
         console.warn("the model has no chat template; using ChatML")
     if text is None:
-        if not sys.stdin.isatty():
-            raise CloverError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
         from .repl import Repl
 
         con = console.out()
@@ -159,6 +196,8 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     from clover_runtime.errors import CloverError
     from clover_runtime.text_files import read_text
 
+    from .usage import UsageError
+
     given = [(flag, kind, value, path) for flag, kind, value, path in (
         ("--grammar", "gbnf", grammar, None), ("--grammar-file", "gbnf", None, grammar_file),
         ("--json-schema", "json_schema", json_schema, None),
@@ -167,7 +206,7 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
     if not given:
         return None
     if len(given) > 1:
-        raise CloverError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
+        raise UsageError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
     flag, kind, text, path = given[0]
     if path is not None:
         try:
@@ -178,6 +217,18 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
         return session.compile_grammar(kind, text)
     except GrammarError as exc:
         raise CloverError(f"{flag}: {exc.message}") from None
+
+
+def _looks_like_a_prompt(model: str) -> bool:
+    """A MODEL that can only be a prompt typed first (`clover run "What is 2 + 2?"`): words with
+    spaces, or one word that is neither demo, a file, a path nor owner/repo."""
+    from clover_runtime.demo import is_demo
+    from clover_runtime.hub.refs import looks_like_path
+
+    text = model.strip()
+    if is_demo(text) or Path(model).exists() or looks_like_path(text):
+        return False
+    return not text or any(c.isspace() for c in text) or "/" not in text
 
 
 def _complete(incomplete: str) -> list[str]:

@@ -18,7 +18,13 @@ from .completion import complete_model
 if TYPE_CHECKING:
     from clover_runtime.offload import OffloadRequest
 from .options import (
+    CHAT,
+    CONTEXT,
     CTX_HELP,
+    DIFFUSION,
+    MODEL,
+    PLACEMENT,
+    SERVER,
     cpu_moe_option,
     ctx_option,
     device_option,
@@ -76,48 +82,49 @@ def command(
              "(as in pull); "
              "default: the Clover preview model.")] = None,
     model_opt: Annotated[str | None, typer.Option(
-        "-m", "--model", envvar=_env("MODEL"), show_default=False,
+        "-m", "--model", rich_help_panel=MODEL, envvar=_env("MODEL"), show_default=False,
         help="The model, as an option instead of the argument.")] = None,
     host: Annotated[str, typer.Option(
-        "--host", envvar=_env("HOST"),
+        "--host", rich_help_panel=SERVER, envvar=_env("HOST"),
         help="Address to listen on; 0.0.0.0 opens it to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(
-        "--port", envvar=_env("PORT"), min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
+        "--port", rich_help_panel=SERVER, envvar=_env("PORT"), min=0, max=65535, help="TCP port.")] = DEFAULT_PORT,
     ctx: Annotated[int | None, ctx_option(
         CTX_HELP + " The server holds -c × -np tokens in all.", annotated=True)] = None,
     parallel: Annotated[int, typer.Option(
-        "-np", "--parallel", envvar=_env("PARALLEL"), min=1, max=256,
+        "-np", "--parallel", rich_help_panel=SERVER, envvar=_env("PARALLEL"), min=1, max=256,
         help="Sequences generated at once, each with its own -c tokens.")] = 1,
     alias: Annotated[str | None, typer.Option(
-        "-a", "--alias", envvar=_env("ALIAS"), show_default=False,
+        "-a", "--alias", rich_help_panel=MODEL, envvar=_env("ALIAS"), show_default=False,
         help="Model id reported by /v1/models and in responses.")] = None,
     api_key: Annotated[list[str] | None, typer.Option(
-        "--api-key", envvar=_env("API_KEY"), show_default=False,
+        "--api-key", rich_help_panel=SERVER, envvar=_env("API_KEY"), show_default=False,
         help="Require this API key (repeat, or comma-separate, for several; a key may hold spaces).")] = None,
     api_key_file: Annotated[Path | None, typer.Option(
-        "--api-key-file", envvar=_env("API_KEY_FILE"), show_default=False,
+        "--api-key-file", rich_help_panel=SERVER, envvar=_env("API_KEY_FILE"), show_default=False,
         help="File with one API key per line (UTF-8 or UTF-16; keep it private: chmod 600).")] = None,
     cors_origins: Annotated[str | None, typer.Option(
-        "--cors-origins", envvar=_env("CORS_ORIGINS"), show_default=False,
+        "--cors-origins", rich_help_panel=SERVER, envvar=_env("CORS_ORIGINS"), show_default=False,
         help="Extra browser origins allowed, comma-separated ('*' for any); "
              "localhost is always allowed.")] = None,
     allowed_hosts: Annotated[str | None, typer.Option(
-        "--allowed-hosts", envvar=_env("ALLOWED_HOSTS"), show_default=False,
+        "--allowed-hosts", rich_help_panel=SERVER, envvar=_env("ALLOWED_HOSTS"), show_default=False,
         help="Extra Host names the server answers to, comma-separated ('*' for any); "
              "on a loopback --host only localhost, 127.0.0.1 and [::1] are.")] = None,
     no_webui: Annotated[bool, typer.Option(
-        "--no-webui", envvar=_env("NO_WEBUI"), help="Do not serve the chat page at /.")] = False,
+        "--no-webui", rich_help_panel=SERVER, envvar=_env("NO_WEBUI"),
+        help="Do not serve the chat page at /.")] = False,
     timeout: Annotated[float, typer.Option(
-        "-to", "--timeout", envvar=_env("TIMEOUT"), min=1.0,
+        "-to", "--timeout", rich_help_panel=SERVER, envvar=_env("TIMEOUT"), min=1.0,
         help="Seconds one request may take, queueing included.")] = 3600.0,
     chat_template_file: Annotated[Path | None, typer.Option(
-        "--chat-template-file", envvar=_env("CHAT_TEMPLATE_FILE"), show_default=False,
+        "--chat-template-file", rich_help_panel=CHAT, envvar=_env("CHAT_TEMPLATE_FILE"), show_default=False,
         help="Jinja chat template to use instead of the model's.")] = None,
     threads: Annotated[int | None, typer.Option(
-        "-t", "--threads", envvar=_env("THREADS"), min=1, show_default=False,
+        "-t", "--threads", rich_help_panel=PLACEMENT, envvar=_env("THREADS"), min=1, show_default=False,
         help="CPU threads for the engine.")] = None,
     exact_kernels: Annotated[bool, typer.Option(
-        "--exact-kernels", envvar=_env("EXACT_KERNELS"),
+        "--exact-kernels", rich_help_panel=PLACEMENT, envvar=_env("EXACT_KERNELS"),
         help="Float kernels for quantized weights (slower; no 8-bit activations).")] = False,
     n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
     cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
@@ -125,50 +132,51 @@ def command(
     device: Annotated[str, device_option(annotated=True)] = "auto",
     main_gpu: Annotated[int, main_gpu_option(annotated=True)] = 0,
     decode: Annotated[str | None, typer.Option(
-        "--decode", envvar=_env("DECODE"), show_default=False,
+        "--decode", rich_help_panel=DIFFUSION, metavar="auto|diffusion|ar", envvar=_env("DECODE"), show_default=False,
         help="Default decoding: auto, diffusion or ar.")] = None,
     threshold: Annotated[float | None, typer.Option(
-        "--threshold", envvar=_env("THRESHOLD"), min=0.0, max=1.0, show_default=False,
+        "--threshold", rich_help_panel=DIFFUSION, envvar=_env("THRESHOLD"), min=0.0, max=1.0, show_default=False,
         help="Default diffusion confidence threshold.")] = None,
     block_length: Annotated[int | None, typer.Option(
-        "--block-length", envvar=_env("BLOCK_LENGTH"), min=1, show_default=False,
+        "--block-length", rich_help_panel=DIFFUSION, envvar=_env("BLOCK_LENGTH"), min=1, show_default=False,
         help="Default diffusion block length.")] = None,
     verify: Annotated[bool | None, typer.Option(
-        "--verify/--no-verify", envvar=_env("VERIFY"), show_default=False,
+        "--verify/--no-verify", rich_help_panel=DIFFUSION, envvar=_env("VERIFY"), show_default=False,
         help="Diffusion: check each block against greedy AR at its commit (default: on when greedy).")] = None,
     think: Annotated[bool | None, typer.Option(
-        "--think/--no-think", envvar=_env("THINK"), show_default=False,
+        "--think/--no-think", rich_help_panel=CHAT, envvar=_env("THINK"), show_default=False,
         help="Whether chat replies reason first by default (default: --think); a request overrides it "
              "(chat_template_kwargs.enable_thinking, reasoning_budget_tokens, reasoning_effort).")] = None,
     reasoning_budget: Annotated[int, typer.Option(
-        "--reasoning-budget", envvar=_env("REASONING_BUDGET"), min=-1,
+        "--reasoning-budget", rich_help_panel=CHAT, envvar=_env("REASONING_BUDGET"), min=-1,
         help="Default thinking tokens per chat reply: -1 no limit, 0 no thinking (--no-think), N at most N "
              "(then </think> is written for the model); a request's own budget wins.")] = -1,
     max_queue: Annotated[int, typer.Option(
-        "--max-queue", envvar=_env("MAX_QUEUE"), min=0,
+        "--max-queue", rich_help_panel=SERVER, envvar=_env("MAX_QUEUE"), min=0,
         help="Requests that may wait for a free sequence; beyond that, 503.")] = 16,
     offline: Annotated[bool, typer.Option(
-        "--offline", envvar=_env("OFFLINE"), help="Use only models already in the local cache.")] = False,
+        "--offline", rich_help_panel=MODEL, envvar=_env("OFFLINE"),
+        help="Use only models already in the local cache.")] = False,
     ctx_checkpoints: Annotated[int, typer.Option(
-        "--ctx-checkpoints", envvar=_env("CTX_CHECKPOINTS"), min=0,
+        "--ctx-checkpoints", rich_help_panel=CONTEXT, envvar=_env("CTX_CHECKPOINTS"), min=0,
         help="Prompt-cache checkpoints of the recurrent state kept per slot (0: none).")] = 8,
     checkpoint_every: Annotated[int, typer.Option(
-        "--checkpoint-every", envvar=_env("CHECKPOINT_EVERY"), min=0,
+        "--checkpoint-every", rich_help_panel=CONTEXT, envvar=_env("CHECKPOINT_EVERY"), min=0,
         help="Also checkpoint every N tokens of a long prefill (0: never).")] = 2048,
     slot_save_path: Annotated[Path | None, typer.Option(
-        "--slot-save-path", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
+        "--slot-save-path", rich_help_panel=SERVER, metavar="DIR", envvar=_env("SLOT_SAVE_PATH"), show_default=False,
         help="Folder for POST /slots/{id}?action=save|restore (a slot's prompt state as a file).")] = None,
     slots_verbose: Annotated[bool, typer.Option(
-        "--slots-verbose", envvar=_env("SLOTS_VERBOSE"),
+        "--slots-verbose", rich_help_panel=SERVER, envvar=_env("SLOTS_VERBOSE"),
         help="GET /slots also shows each slot's prompt text (off: counts and state only).")] = False,
     shutdown_timeout: Annotated[float, typer.Option(
-        "--shutdown-timeout", envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0, show_default=False,
+        "--shutdown-timeout", rich_help_panel=SERVER, envvar=_env("SHUTDOWN_TIMEOUT"), min=0.0, show_default=False,
         help=f"On Ctrl-C, SIGTERM or clover stop, seconds running replies may take to finish (default "
              f"{DEFAULT_SHUTDOWN_TIMEOUT_S:g}); then they are cut with a server_shutting_down error. Queued and "
              "new requests get 503 at once.")
     ] = DEFAULT_SHUTDOWN_TIMEOUT_S,
     detach: Annotated[bool, typer.Option(
-        "--detach", envvar=_env("DETACH"),
+        "--detach", rich_help_panel=SERVER, envvar=_env("DETACH"),
         help="Run in the background; return once it is ready (see clover ps, clover stop).")] = False,
 ) -> None:
     """Serve a model over an OpenAI-compatible API at /v1 with a chat page at /.
@@ -177,17 +185,19 @@ def command(
 
     Example:
 
-        clover serve Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M -c 16384 -np 2 --detach
+        clover serve demo -np 2 --detach
     """
     from clover_runtime.errors import CloverError
 
+    from .usage import UsageError, choice
+
     model = model_opt or model_arg  # None: the default model, as `clover run` does
     if model_arg and model_opt and model_arg != model_opt:
-        raise CloverError("the model is given twice (argument and -m)", "give it once")
-    if decode is not None and decode not in ("auto", "diffusion", "ar"):
-        raise CloverError(f"--decode must be auto, diffusion or ar, not {decode!r}")
+        raise UsageError("the model is given twice (argument and -m)", "give it once")
+    if decode is not None:
+        choice("--decode", decode, ("auto", "diffusion", "ar"))
     if think is False and reasoning_budget > 0 or think and reasoning_budget == 0:
-        raise CloverError(f"--{'no-' if think is False else ''}think and --reasoning-budget {reasoning_budget} "
+        raise UsageError(f"--{'no-' if think is False else ''}think and --reasoning-budget {reasoning_budget} "
                           "disagree", "give one of them")
     if think is False:
         reasoning_budget = 0

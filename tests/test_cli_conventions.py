@@ -41,12 +41,12 @@ def model() -> str:
 
 @pytest.mark.parametrize("command,args,flag", [
     ("run", ["-ts", "3,1", "hello"], "-ts"),
-    ("run", ["-cnv"], "-cnv"),
+    ("run", ["-i"], "-i"),
     ("run", ["-ctk", "q8_0"], "-ctk"),
-    ("run", ["--jinja", "-p", "hi"], "--jinja"),
+    ("run", ["--no-jinja", "-p", "hi"], "--no-jinja"),
     ("serve", ["-ot", "exps=CPU", "-c", "4096"], "-ot"),
-    ("serve", ["--jinja"], "--jinja"),
-    ("serve", ["-fa", "on"], "-fa"),
+    ("serve", ["--chat-template", "chatml"], "--chat-template"),
+    ("inspect", ["--jinja"], "--jinja"),
     ("serve", ["--override-tensor=exps=CPU"], "--override-tensor"),
     ("inspect", ["-ngl", "99"], "-ngl"),
     ("bench", ["-sm", "row"], "-sm"),
@@ -98,10 +98,10 @@ def test_verbose_works_after_the_subcommand(model: str, tmp_path: Path) -> None:
 
 def test_a_prompt_given_twice_is_an_error(model: str, tmp_path: Path) -> None:
     res = _clover("run", model, "hello", "-p", "there", home=tmp_path)
-    assert res.returncode == 1
+    assert res.returncode == 2  # a usage error, as click's own
     assert res.stderr.splitlines()[0] == "error: the prompt is given twice (argument and -p)"
     res = _clover("run", "-m", model, "extra.gguf", "hello", home=tmp_path)
-    assert res.returncode == 1 and res.stderr.startswith("error: the model is given twice")
+    assert res.returncode == 2 and res.stderr.startswith("error: the model is given twice")
 
 
 def test_help_texts_say_what_the_commands_take(tmp_path: Path) -> None:

@@ -143,11 +143,12 @@ def test_json_tensors_and_arrays_match_reader(tiny, capsys, monkeypatch):
 
 
 def test_template_flag(tiny, tmp_path, capsys, monkeypatch):
+    """--template prints the template alone (issue 39), so `> t.jinja` saves exactly it."""
     code, out, err = run_clover(["inspect", str(tiny), "--template"], capsys, monkeypatch)
-    assert code == 0 and out.rstrip("\n").endswith(TEMPLATE)
+    assert code == 0 and out == TEMPLATE + "\n" and err == ""
     bare = write_model(tmp_path / "bare.gguf", template=None)
     code, out, err = run_clover(["inspect", str(bare), "--template"], capsys, monkeypatch)
-    assert code == 0 and "chat template    no" in out and "has no chat template" in err
+    assert code == 1 and out == "" and err.startswith("error: this file has no chat template")
 
 
 def test_tied_output_and_missing_clover_parts(tmp_path, capsys, monkeypatch):
@@ -171,11 +172,15 @@ def test_tied_output_and_missing_clover_parts(tmp_path, capsys, monkeypatch):
 def test_fit_exit_codes(tiny, capsys, monkeypatch):
     code, out, err = run_clover(["inspect", str(tiny), "-c", "256", "--fit"], capsys, monkeypatch)
     assert code == 0, err
-    # 100M tokens x 64 sequences: terabytes of KV cache on any machine.
+    # -c past the model's context: only the error, never a "fits" before it (issue 39)
     code, out, err = run_clover(["inspect", str(tiny), "-c", "100000000", "-np", "64", "--fit"], capsys,
                                 monkeypatch)
+    assert code == 1 and out == ""
+    assert err.strip() == "error: tiny.gguf: -c 100000000 is larger than the model's context length 4096"
+    # 4096 tokens x a million sequences: terabytes of KV cache on any machine.
+    code, out, err = run_clover(["inspect", str(tiny), "-c", "4096", "-np", "1000000", "--fit"], capsys,
+                                monkeypatch)
     assert code == 1
-    assert "larger than the model's context length 4096" in err
     assert err.strip().splitlines()[-1].startswith("error: tiny.gguf: does not fit: ")
     code, out, err = run_clover(["inspect", str(tiny), "-c", "100000000", "-np", "64"], capsys, monkeypatch)
     assert code == 0 and "does not fit" in out
@@ -190,7 +195,7 @@ def test_fit_json_and_cache_type(tiny, capsys, monkeypatch):
     assert mem["estimate"]["kv_per_token"] == 1 * 2 * (16 + 16) * 34 // 32
     assert [r["n_ctx"] for r in mem["table"]] == [4096]  # capped at the model's 4,096
     code, out, err = run_clover(["inspect", str(tiny), "--cache-type", "q4_0"], capsys, monkeypatch)
-    assert code == 1 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f32, f16, q8_0)"
+    assert code == 2 and err.strip() == "error: unknown --cache-type 'q4_0' (use one of: f32, f16, q8_0)"
 
 
 def test_default_context_is_16k_capped(real, tiny, capsys, monkeypatch):

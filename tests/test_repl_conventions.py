@@ -145,7 +145,7 @@ def test_reasoning_budget_and_set_think(model: str, tmp_path: Path) -> None:
     assert json.loads(budget0.stdout) ["content"] == json.loads(nothink.stdout)["content"]
     assert json.loads(budget0.stdout)["reasoning"] is None
     bad = run("--reasoning-budget", "100")
-    assert bad.returncode == 1 and bad.stderr.startswith("error: --reasoning-budget 100: clover takes -1")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --reasoning-budget 100: clover takes -1")
 
     child = _spawn([model, "-n", "6", "--decode", "ar", "--temp", "0", "--reasoning-budget", "0"], tmp_path)
     try:

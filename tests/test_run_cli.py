@@ -59,7 +59,7 @@ def test_json_output_has_answer_and_stats(tmp_path: Path) -> None:
 
 def test_no_prompt_without_a_terminal_is_a_clear_error(model: str, tmp_path: Path) -> None:
     res = _run([model], tmp_path)
-    assert res.returncode == 1 and res.stderr.startswith("error: no prompt")
+    assert res.returncode == 2 and res.stderr.startswith("error: no prompt")  # a usage error
 
 
 def test_missing_model_is_one_line(tmp_path: Path) -> None:

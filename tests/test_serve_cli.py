@@ -106,16 +106,16 @@ def test_web_ui_line_and_api_key_silences_the_warning(model, env):
     assert "without an API key" not in err and "context: 512 tokens per sequence × 1 parallel sequence" in err
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["no-such-model.gguf"], "model file not found: no-such-model.gguf"),
-    (["{model}", "--decode", "fast"], "--decode must be auto, diffusion or ar"),
-    (["{model}", "-c", "999999"], "larger than the model's context length"),
-    (["{model}", "--api-key-file", "missing-keys.txt"], "cannot read --api-key-file"),
-    (["{model}", "--chat-template-file", "missing.jinja"], "chat template file not found"),
+@pytest.mark.parametrize(("args", "needle", "code"), [
+    (["no-such-model.gguf"], "model file not found: no-such-model.gguf", 1),
+    (["{model}", "--decode", "fast"], "--decode must be auto, diffusion or ar", 2),  # a usage error
+    (["{model}", "-c", "999999"], "larger than the model's context length", 1),
+    (["{model}", "--api-key-file", "missing-keys.txt"], "cannot read --api-key-file", 1),
+    (["{model}", "--chat-template-file", "missing.jinja"], "chat template file not found", 1),
 ])
-def test_bad_input_is_one_clear_line(model, env, args, needle):
+def test_bad_input_is_one_clear_line(model, env, args, needle, code):
     res = _clover(["serve", *(a.format(model=model) for a in args)], env)
-    assert res.returncode == 1, res.stdout
+    assert res.returncode == code, res.stdout
     assert needle in res.stderr and "Traceback" not in res.stderr
 
 

@@ -73,8 +73,12 @@ def _as_ref(ref_or_text: str | ModelRef | None, file: str | None) -> ModelRef:
     return parse_model_ref(ref_or_text, file)
 
 
+class NotCached(HubError):
+    """The model is in neither the cache nor reach: offline, or the Hub cannot be reached."""
+
+
 def offline_miss(ref: ModelRef) -> HubError:
-    return HubError(f"required file is not available in cache (offline mode): {ref}",
+    return NotCached(f"required file is not available in cache (offline mode): {ref}",
                     hint=f"the cache is {cache_root()}; download it first with: clover pull {ref}")
 
 
@@ -82,7 +86,7 @@ def unreachable(ref: ModelRef, reason: str, timed_out: bool = False) -> HubError
     hint = "check the network connection, proxy settings or HF_ENDPOINT"
     if timed_out:
         hint += "; on a slow link wait longer with HF_HUB_ETAG_TIMEOUT=60"
-    return HubError(f"cannot reach the Hub at {endpoint()} ({reason}); no cached copy of {ref} exists",
+    return NotCached(f"cannot reach the Hub at {endpoint()} ({reason}); no cached copy of {ref} exists",
                     hint=hint)
 
 
