@@ -18,6 +18,7 @@ from clover_runtime.text.reply import (
     ReplyEvent,
     ToolCallArgs,
     ToolCallStart,
+    ToolMarkup,
 )
 from rich.console import Console
 from rich.live import Live
@@ -26,11 +27,42 @@ from rich.text import Text
 from .console import safe
 
 
+def markup_note(ev: ToolMarkup) -> str:
+    """The one line a screen shows for tool-call markup (the terminal offers the model no tools)."""
+    if ev.name:
+        args = ", ".join(f"{safe(k)}={json.dumps(v, ensure_ascii=False)}" for k, v in ev.arguments)
+        return f"the model tried to call {safe(ev.name)}({args}); no tools were given"
+    return "the model wrote part of a tool call; no tools were given"
+
+
+def _lead(text: str) -> str:
+    return text[:len(text) - len(text.lstrip())]
+
+
+def shown_content(reply: Reply) -> str:
+    """The reply's content with each piece of tool-call markup replaced by its note, on a line of its own."""
+    out, pos = [], 0
+    for m in reply.markup:
+        at = reply.content.find(m.text, pos)
+        if at < 0:
+            continue
+        before = reply.content[pos:at] + _lead(m.text)
+        out.append(before + ("\n" if before and not before.endswith("\n") else "") + markup_note(m))
+        pos = at + len(m.text)
+        if pos < len(reply.content) and not reply.content[pos].isspace():
+            out.append("\n")
+    out.append(reply.content[pos:])
+    return "".join(out)
+
+
 def reply_json(reply: Reply) -> dict[str, Any]:
-    """`clover run --json`: the reply, its finish reason, usage, timings and decode mode."""
+    """`clover run --json`: the reply, its finish reason, usage, timings and decode mode; tool-call
+    markup is a note in `content` and the model's own text in `tool_markup`."""
     stats = reply.stats
     return {
-        "content": reply.content, "reasoning": reply.reasoning or None, "tool_calls": reply.tool_calls,
+        "content": shown_content(reply), "reasoning": reply.reasoning or None, "tool_calls": reply.tool_calls,
+        "tool_markup": [{"name": m.name, "arguments": dict(m.arguments), "text": m.text.strip()}
+                        for m in reply.markup],
         "finish_reason": reply.finish_reason, "usage": reply.usage, "timings": reply.timings,
         "decode": getattr(stats, "decode_mode", None), "exact": getattr(stats, "exact", None),
         "auto": getattr(stats, "auto_note", "") or None,
@@ -118,16 +150,19 @@ class ReplyPrinter:
             return
         if isinstance(ev, (ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgs, Finished)):
             self._stop_live()
+        if isinstance(ev, (ContentDelta, ToolCallStart)) and self._in_reasoning:
+            self._print("\n")
+            self._in_reasoning = False
         match ev:
             case ReasoningDelta(text=text) if self.show_reasoning:
                 if not self._in_reasoning:
                     self._print(Text("thinking…\n", style="dim"))
                     self._in_reasoning = True
                 self._print(Text(safe(text, lines=True), style="dim italic"))
+            case ToolMarkup(text=text):
+                self._print(Text(safe(_lead(text), lines=True)))
+                self._print(Text(("\n" if self._line else "") + markup_note(ev) + "\n", style="dim italic"))
             case ContentDelta(text=text):
-                if self._in_reasoning:
-                    self._print("\n")
-                    self._in_reasoning = False
                 self._print(Text(safe(text, lines=True)))
             case ToolCallStart(name=name):
                 self._print(Text(f"\n[tool call {safe(name)}] ", style="magenta"))
@@ -163,6 +198,58 @@ class ReplyPrinter:
 
     def close(self) -> None:
         self._stop_live()
+
+
+class OneShotPrinter:
+    """`clover run MODEL PROMPT`: the answer on stdout, everything else on stderr, each ending its
+    line, so `clover run … | cat` gets only the answer and a terminal shows dim reasoning, the
+    answer and the stats line each on lines of their own. The reasoning shows only on a terminal."""
+
+    def __init__(self, out: Console, err: Console) -> None:
+        self.out = out
+        self.err = err
+        self._err_open = False  # reasoning printed on stderr, its line not ended yet
+        self._out_line = False  # text printed on stdout, its line not ended yet
+
+    def _end_err_line(self) -> None:
+        if self._err_open:
+            self.err.print()
+            self._err_open = False
+
+    def _write(self, text: str, **kw: Any) -> None:
+        if text:
+            self.out.print(text, end="", markup=False, highlight=False, **kw)
+            self._out_line = not text.endswith("\n")
+
+    def feed(self, ev: ReplyEvent) -> None:
+        if isinstance(ev, ReasoningDelta):
+            if self.err.is_terminal and ev.text:
+                self.err.print(safe(ev.text, lines=True), end="", style="dim", markup=False, highlight=False)
+                self._err_open = True
+            return
+        if not isinstance(ev, (ContentDelta, ToolCallStart)):
+            return
+        self._end_err_line()
+        if isinstance(ev, ToolMarkup):
+            self._write(safe(_lead(ev.text), lines=True))
+            self._write(("\n" if self._out_line else "") + markup_note(ev) + "\n", style="dim italic")
+        elif isinstance(ev, ContentDelta):
+            self._write(safe(ev.text, lines=True))
+
+    def finish(self, reply: Reply, *, show_timings: bool) -> None:
+        """End the answer's line (an empty answer prints an empty line, as before), then the
+        warning for an answer that never came and the stats line on stderr."""
+        self._end_err_line()
+        if self._out_line or not reply.content:
+            self.out.print()
+        self._out_line = False
+        if not reply.content and not reply.tool_calls and reply.reasoning:
+            from .console import warn
+
+            warn("the reply was all reasoning and never reached an answer "
+                 "(raise -n, or use --no-think; --json shows the reasoning)")
+        if show_timings and self.err.is_terminal:
+            self.err.print(stats_line(reply), style="dim", markup=False, highlight=False)
 
 
 def print_json(reply: Reply, con: Console) -> None:

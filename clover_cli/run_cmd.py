@@ -281,9 +281,9 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     import threading
 
     from clover_runtime import state_file
-    from clover_runtime.text.reply import ContentDelta, ReasoningDelta, Reply
+    from clover_runtime.text.reply import Reply
 
-    from .chat_view import print_json, run_in_thread, stats_line
+    from .chat_view import OneShotPrinter, print_json, run_in_thread
 
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
     kwargs = {} if think else {"enable_thinking": False}
@@ -294,17 +294,14 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     if cache_file is not None and cache_file.exists():
         state_file.load(cache, cache_file)  # another model's state: one line, exit 1
     reply = Reply()
+    printer = OneShotPrinter(out, err)
     cancel = threading.Event()
     try:
         for ev in run_in_thread(lambda c: session.stream(messages, params=params, chat_template_kwargs=kwargs,
                                                          cancel=c, cache=cache), cancel):
             reply.add(ev)
-            if as_json:
-                continue
-            if isinstance(ev, ContentDelta):
-                out.print(console.safe(ev.text, lines=True), end="", markup=False, highlight=False)
-            elif isinstance(ev, ReasoningDelta) and err.is_terminal:
-                err.print(console.safe(ev.text, lines=True), end="", style="dim", markup=False)
+            if not as_json:
+                printer.feed(ev)
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -313,13 +310,4 @@ def _answer_once(session, params, text: str, *, system, think: bool, as_json: bo
     if as_json:
         print_json(reply, out)
         return
-    if reply.tool_calls:
-        for call in reply.tool_calls:
-            text = f"<tool_call {call['function']['name']}> {call['function']['arguments']}"
-            out.print("\n" + console.safe(text), markup=False)
-    out.print()
-    if not reply.content and not reply.tool_calls and reply.reasoning:
-        console.warn("the reply was all reasoning and never reached an answer "
-                      "(raise -n, or use --no-think; --json shows the reasoning)")
-    if show_timings and err.is_terminal:
-        err.print(stats_line(reply), style="dim", markup=False)
+    printer.finish(reply, show_timings=show_timings)

@@ -345,7 +345,7 @@ def _foreground(opts: ServeOptions) -> None:
     from clover_runtime.memory_fit import AGENT_CTX
 
     from . import __version__, console, service
-    from .server import ServerSettings, create_app
+    from .server import ServerSettings, access_log, create_app
     from .server.launch import bind, serve
 
     prep = _prepare(opts)
@@ -382,6 +382,7 @@ def _foreground(opts: ServeOptions) -> None:
 
     logging.basicConfig(level=logging.INFO if console.verbose() else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    access_log.enable(sys.stderr)  # one line per request, at every verbosity
     app = create_app(load_session, settings)
     sock = bind(opts.host, opts.port)
     port = sock.getsockname()[1]
@@ -391,21 +392,21 @@ def _foreground(opts: ServeOptions) -> None:
                                   started=time.time(), token=token, log=os.environ.get(service.LOG_ENV),
                                   version=__version__, shutdown_timeout=opts.shutdown_timeout)
 
-    def on_listening() -> None:
+    def on_listening() -> None:  # /health answers 503 "Loading model" until the model has loaded
         service.write_record(record)
+        console.info("loading the model…")
+
+    def on_loaded() -> None:  # only now does `listening on` tell a user the server can answer
+        console.info(f"model loaded in {time.monotonic() - started:.1f} s; ready")
         where = "web UI at /, API at /v1" if opts.webui else "API at /v1"
         console.out().print(f"listening on {url} ({where})", markup=False, highlight=False)
         console.out().print(client_line(opts.host, port, prep.model_id, per_seq, bool(opts.api_keys)),
                             markup=False, highlight=False)
         if per_seq < AGENT_CTX <= prep.model_ctx:
             console.info(f"agent clients such as Hermes Agent need {AGENT_CTX} tokens per request: -c {AGENT_CTX}")
-        console.info("loading the model…")
-
-    def on_loaded() -> None:
-        console.info(f"model loaded in {time.monotonic() - started:.1f} s; ready")
 
     try:
         serve(app, sock, on_listening=on_listening, on_loaded=on_loaded,
-              on_exit=lambda: service.remove_record(port, os.getpid()), access_log=console.verbose())
+              on_exit=lambda: service.remove_record(port, os.getpid()), verbose=console.verbose())
     finally:
         service.remove_record(port, os.getpid())

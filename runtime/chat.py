@@ -293,8 +293,8 @@ class ChatSession:
         try:
             for ev in self._generate(prompt, gen_ids, p, state, halt):
                 if isinstance(ev, PassEvent):
-                    shown = "".join(MASK_GLYPH if t == p.mask_token_id else self.tokenizer.token_to_piece(t)
-                                    for t in ev.tokens)
+                    shown = "".join(MASK_GLYPH if t == p.mask_token_id else " " if self.tokenizer.is_control(t)
+                                    else self.tokenizer.token_to_piece(t) for t in ev.tokens)  # end-of-text: blank
                     yield Progress(ev.block, ev.pass_index, passes_per_block, ev.masked, shown)
                 elif isinstance(ev, BlockEvent):
                     generated.extend(ev.token_ids)

@@ -6,11 +6,12 @@ mid-reply and after it go to CLOVER_SCREENSHOT_DIR when set, else to the test's 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
-from serve_helpers import chat_factory, fixed_reply_model, live_server
+from serve_helpers import chat_factory, fixed_reply_model, live_server, sse_events
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -242,3 +243,105 @@ def test_page_shows_the_demo_models_answer(browser, tmp_path):
         _shot(page, tmp_path, "serve-page.png")
         page.close()
     assert answer == "Ones: 8 + 6 = 14, write 4, carry 1. Tens: 4 + 3 + 1 = 8. So 48 + 36 = 84."
+
+
+def test_at_390px_the_model_name_shows_whole_and_the_key_field_only_when_needed(browser):
+    """Issue 39: the name was cut to `de…` on a phone, and a CSS rule showed the API-key field to
+    every visitor; it shows only where the server asks for a key."""
+    model = fixed_reply_model(REPLY, reasoning=REASONING)
+    for name_id, keys in (("demo", ()), ("Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M", ("page-key",))):
+        with live_server(chat_factory(model, 512), model_id=name_id, n_ctx=512, api_keys=keys) as live:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            page.goto(live.url("/"))
+            page.wait_for_function("document.getElementById('model-name').textContent.includes('ctx')",
+                                   timeout=20_000)
+            name = page.evaluate("""() => { const el = document.getElementById('model-name');
+              const r = el.getBoundingClientRect();
+              return {text: el.textContent, cut: el.scrollWidth > el.clientWidth, right: r.right}; }""")
+            assert name["text"] == f"{name_id} · ctx 512" and not name["cut"] and name["right"] <= 390, name
+            if keys:
+                page.wait_for_selector("#keybox.needed", timeout=20_000)
+            else:
+                page.click("#settings-toggle")
+                page.wait_for_selector("#settings.open")
+            assert page.is_visible("#keybox") == bool(keys)
+            page.close()
+
+
+def test_a_conversation_can_be_deleted(server, browser):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(server.url("/"))
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    assert not page.is_visible("#delete-chat")  # nothing to delete yet
+    _ask(page, "Keep me")
+    page.click("#new-chat")
+    _ask(page, "Delete me")
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("#delete-chat")
+    assert page.locator("#chat-list option").all_inner_texts() == ["New conversation", "Delete me", "Keep me"]
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-chat")
+    assert page.locator("#chat-list option").all_inner_texts() == ["New conversation", "Keep me"]
+    assert page.locator(".msg").count() == 0 and page.is_visible("#empty")
+    page.reload()
+    page.wait_for_selector("#status-dot.ok", timeout=20_000)
+    assert page.locator("#chat-list option").all_inner_texts() == ["New conversation", "Keep me"]
+    assert page.evaluate("JSON.parse(localStorage.getItem('clover.chats')).map((c) => c.title)") == ["Keep me"]
+    context.close()
+
+
+def test_tool_call_markup_is_a_note_on_the_page(browser):
+    """A model that writes a get_weather call to a request that offered no tools: the API keeps the
+    text (as llama-server), the page shows one line instead of the tags."""
+    call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
+    with live_server(chat_factory(fixed_reply_model(call), 512), n_ctx=512) as live:
+        page = browser.new_page()
+        page.goto(live.url("/"))
+        page.wait_for_selector("#status-dot.ok", timeout=20_000)
+        _settings(page, thinking=False)
+        _ask(page, "Weather in Oslo?")
+        shown = page.inner_text(".msg.assistant .content")
+        page.close()
+    assert shown.strip() == 'the model tried to call get_weather(city="Oslo"); no tools were given'
+
+
+def test_the_empty_page_offers_examples_that_the_demo_answers(browser):
+    """The demo model behind the page: the examples are a sum, a clover fact and the weather tool
+    (offered with that one, so the call shows as a call); the block preview, asked for, never shows
+    a special token (end-of-text is blank)."""
+    import httpx
+
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+        page = browser.new_page()
+        bodies: list[dict] = []
+        page.on("request", lambda req: bodies.append(req.post_data_json) if req.url.endswith("/chat/completions")
+                else None)
+        page.goto(live.url("/"))
+        page.wait_for_selector("#status-dot.ok", timeout=20_000)
+        page.click("#settings-toggle")
+        page.set_checked("#thinking", False)
+        page.fill("#max-tokens", "96")
+        page.dispatch_event("#max-tokens", "change")
+        page.click("#settings-toggle")
+        assert page.locator("#empty .examples button").all_inner_texts() == [
+            "What is 48 + 36?", "What does clover pull do?", "What is the weather in Oslo?"]
+        page.click("#empty .examples button >> nth=0")
+        page.wait_for_function("document.body.dataset.busy === ''", timeout=180_000)
+        sums = page.inner_text(".msg.assistant .content")
+        page.click("#new-chat")
+        page.click("#empty .examples button >> nth=2")
+        page.wait_for_function("document.body.dataset.busy === ''", timeout=180_000)
+        call = page.inner_text(".msg.assistant .tools")
+        page.close()
+        body = {"messages": [{"role": "user", "content": "What is 48 + 36?"}], "stream": True, "max_tokens": 64,
+                "return_progress": True, "decode": "diffusion", "temperature": 0,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        with httpx.Client(base_url=live.url(""), timeout=120) as c, \
+                c.stream("POST", "/v1/chat/completions", json=body) as r:
+            previews = [json.loads(e)["diffusion_progress"]["preview"] for e in sse_events(r.iter_lines())
+                        if e != "[DONE]" and "diffusion_progress" in e]
+    assert "tools" not in bodies[0] and [t["function"]["name"] for t in bodies[1]["tools"]] == ["get_weather"]
+    assert "48 + 36 = 84" in sums
+    assert "get_weather" in call and "Oslo" in call
+    assert previews and not any("<|" in p for p in previews), previews

@@ -106,8 +106,49 @@ def test_unknown_function_is_reported_and_kept_as_content() -> None:
     out = parse_full(text, TOOLS)
     assert out.errors == ["the model called an unknown function 'launch'; its text is kept as content"]
     assert out.tool_calls == [] and out.content == text
-    assert parse_full(text, None).errors == []  # without tools nothing is unknown
+    assert [(m.name, m.arguments) for m in out.markup] == [("launch", (("x", "1"),))]
     _split_equal(text, False)
+
+
+def test_a_call_when_no_tools_were_given_is_markup_not_a_call() -> None:
+    """As llama-server and OpenAI answer a request without tools: no `tool_calls`; the text stays
+    content, marked as markup (name and arguments as written) for a screen to word."""
+    text = ("Let me look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+            "</function>\n</tool_call>")
+    out = parse_full(text, None)
+    assert out.tool_calls == [] and out.content == text
+    assert out.errors == ["the model called 'get_weather' but no tools were given; its text is kept as content"]
+    assert [(m.text, m.name, m.arguments) for m in out.markup] == [
+        ("\n\n" + text.split("\n\n", 1)[1], "get_weather", (("city", "Oslo"),))]
+    old = parse_full(OLD_JSON, None)
+    assert old.tool_calls == []
+    assert [(m.name, m.arguments) for m in old.markup] == [("get_weather", (("city", "Oslo"), ("days", 2)))]
+    _split_equal(text, False, tools=None)
+    _split_equal(OLD_JSON, False, tools=None)
+
+
+@pytest.mark.parametrize("text", [
+    "Islo\n</parameter>\n</function>\n</tool_call>",  # what the demo model wrote for "What is the weather in Oslo?"
+    "<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function> and more text",
+    "Sure. </tool_call> Done </function>",
+])
+def test_stray_tags_outside_a_call_are_markup_and_the_content_is_unchanged(text: str) -> None:
+    for tools in (TOOLS, None):
+        out = parse_full(text, tools)
+        assert out.content == text and out.tool_calls == []
+        assert out.markup and all(m.name is None for m in out.markup)
+        shown = out.content
+        for m in out.markup:
+            shown = shown.replace(m.text, "")
+        assert "</" not in shown and "<function=" not in shown and "<parameter=" not in shown
+        _split_equal(text, False, tools=tools)
+        pieces = _feed_all(list(text), False, tools)
+        assert [d.text for d in pieces if type(d).__name__ == "ToolMarkup"] == [m.text for m in out.markup]
+
+
+def test_tags_stay_plain_text_when_calls_are_not_parsed() -> None:
+    out = parse_full("a </parameter> b", TOOLS, parse_tool_calls=False)
+    assert out.content == "a </parameter> b" and out.markup == []
 
 
 @pytest.mark.parametrize("text", [

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
 
 from . import anthropic_api, llama_api, native_api, ollama_api, openai_api, responses_api
+from .access_log import RequestLog
 from .errors import install_handlers
 from .middleware import BodyLimit, CatchAll, Guard
 from .settings import ServerSettings
@@ -41,7 +42,7 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
     app.include_router(responses_api.router)
     app.include_router(ollama_api.router)
     app.include_router(llama_api.router)
-    # Added innermost first: CatchAll < Guard (keys, origin) < BodyLimit < CORS, so even 401/413/500
+    # Added innermost first: CatchAll < Guard (keys, origin) < BodyLimit < CORS < RequestLog, so even 401/413/500
     # carry CORS headers and preflights are answered before any key is asked for.
     app.add_middleware(CatchAll)
     app.add_middleware(Guard, keys=settings.api_keys, origin_regex=settings.origin_regex(),
@@ -53,4 +54,5 @@ def create_app(session_factory: Callable[[], Any], settings: ServerSettings) -> 
                        allow_headers=["Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version",
                                       "Anthropic-Beta"],
                        allow_credentials=False, max_age=600, **cors)
+    app.add_middleware(RequestLog)  # outermost: one line per request, whatever answered it
     return app

@@ -17,6 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from clover_runtime.text.reply import Finished
+
+from . import access_log
 from .errors import APIError
 from .slots import RETRY_AFTER_S, SlotPool
 
@@ -112,6 +115,7 @@ class Runner:
             self.slots.release(slot)
             raise shutting_down_error()
         gen = Generation(deadline)
+        facts = access_log.current()  # the request's log record: the worker thread adds what finished
         self.live.add(gen)
         timer = loop.call_later(max(0.0, deadline - time.monotonic()), gen.expire)
 
@@ -131,6 +135,8 @@ class Runner:
         def work() -> None:
             try:
                 for event in job.run(gen.cancel_event, slot):
+                    if facts is not None and isinstance(event, Finished):
+                        facts.finished.append(event)
                     post(gen.queue.put_nowait, event)
             except BaseException as exc:  # noqa: BLE001 - handed to the request, never lost
                 post(gen.queue.put_nowait, Failed(exc))

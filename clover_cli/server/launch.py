@@ -154,9 +154,10 @@ def uvicorn_config(app: Any, *, log_level: str = "warning", access_log: bool = F
 
 def serve(app: Any, sock: socket.socket, *, on_listening: Callable[[], None],
           on_loaded: Callable[[], None], on_exit: Callable[[], None] | None = None,
-          access_log: bool = False) -> None:
-    """Serve until stopped; raises CloverError when the model could not be loaded."""
-    config = uvicorn_config(app, log_level="info" if access_log else "warning", access_log=access_log)
+          verbose: bool = False) -> None:
+    """Serve until stopped; raises CloverError when the model could not be loaded. Requests are
+    logged by the app's own line (server/access_log.py), so uvicorn's access log stays off."""
+    config = uvicorn_config(app, log_level="info" if verbose else "warning")
     server = CloverServer(config, app.state.clover, on_listening=on_listening, on_loaded=on_loaded,
                           on_exit=on_exit)
     server.run(sockets=[sock])

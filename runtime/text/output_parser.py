@@ -12,6 +12,11 @@ Format and rules: docs/tool-calls.md. In short: reasoning runs to `</think>` (or
 each call is `<function=NAME>` with `<parameter=KEY>` blocks whose values lose one leading and
 one trailing newline and are typed by the tool's JSON schema. Tags inside values only count in
 context (docs/tool-calls.md §2.2), so values may quote the format itself.
+
+Markup that is no call of an offered tool (a call to a function the request did not offer, or when
+it offered none; a malformed call; stray tags of a broken call, such as a `</parameter>` with no
+opening) stays in the content, as llama-server keeps it, but is emitted as `ToolMarkup` so that a
+screen can show a note in its place.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .reply import ContentDelta, ParseError, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart
+from .reply import ContentDelta, ParseError, ReasoningDelta, Reply, ToolCallArgs, ToolCallStart, ToolMarkup
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -36,6 +41,11 @@ _MAX_NAME = 200
 _PENDING = object()  # "cannot decide before more text arrives"
 _JUNK = object()
 _OFFERED = object()  # "a call to an offered tool: parse it"
+_TAG = r"</?tool_call>|</function>|</parameter>|<(?:function|parameter)=[^\s{}<>\"']{1,200}>"
+_STRAY_RUN = re.compile(rf"(?:{_TAG})(?:\s*(?:{_TAG}))*")  # tags outside a call, whitespace between
+_OPEN_AT_END = re.compile(rf"(?:(?:{_TAG})\s*)*(?:<(?:function|parameter)=[^\s{{}}<>\"']{{0,200}})?\Z")
+_STRAY_TAGS = (CALL_OPEN, CALL_CLOSE, FUNC_OPEN, FUNC_CLOSE, PARAM_OPEN, PARAM_CLOSE)
+_WRITTEN_PARAM = re.compile(r"<parameter=([^\s{}<>\"']{1,200})>\r?\n?(.*?)\r?\n?</parameter>", re.DOTALL)
 
 
 # -- result ---------------------------------------------------------------------------------------
@@ -45,6 +55,7 @@ class ParsedOutput:
     reasoning: str | None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    markup: list[ToolMarkup] = field(default_factory=list)
 
 
 def new_call_id() -> str:
@@ -214,25 +225,52 @@ class _CallSnap:
     fragments: list[str]
 
 
+@dataclass(frozen=True)
+class _Markup:
+    text: str
+    name: str | None = None
+    arguments: tuple[tuple[str, Any], ...] = ()
+
+
 @dataclass
 class _Snapshot:
+    # (kind, item, glued): ("content", text) | ("markup", _Markup) | ("call", _CallSnap); a glued
+    # piece continues the one before it (no blank line between)
     reasoning: str = ""
-    items: list[tuple[str, Any]] = field(default_factory=list)  # ("content", text) | ("call", _CallSnap)
+    items: list[tuple[str, Any, bool]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     n_calls: int = 0
 
     def copy(self) -> _Snapshot:
         return _Snapshot(self.reasoning, list(self.items), list(self.errors), self.n_calls)
 
-    def content(self, text: str) -> None:
+    def content(self, text: str, *, stray: bool = False) -> None:
+        """A stretch of content; `stray`: tag runs in it (no call around them) become markup pieces."""
         text = text.strip()
-        if text:
-            self.items.append(("content", text))
+        if not text:
+            return
+        if not stray:
+            self.items.append(("content", text, False))
+            return
+        pos, glued = 0, False
+        for m in _STRAY_RUN.finditer(text):
+            if m.start() > pos:
+                self.items.append(("content", text[pos:m.start()], glued))
+                glued = True
+            self.items.append(("markup", _Markup(m.group()), glued))
+            glued, pos = True, m.end()
+        if pos < len(text):
+            self.items.append(("content", text[pos:], glued))
+
+    def markup(self, raw: str, name: str | None = None, arguments: tuple[tuple[str, Any], ...] = ()) -> None:
+        raw = raw.strip()
+        if raw:
+            self.items.append(("markup", _Markup(raw, name, arguments), False))
 
     def call(self, name: str, fragments: list[str]) -> _CallSnap:
         snap = _CallSnap(self.n_calls, name, fragments)
         self.n_calls += 1
-        self.items.append(("call", snap))
+        self.items.append(("call", snap, False))
         return snap
 
 
@@ -287,12 +325,13 @@ class OutputParser:
             out.append(ReasoningDelta(snap.reasoning[self._sent_reasoning:]))
             self._sent_reasoning = len(snap.reasoning)
         joined = 0  # length of the content so far, segments joined by a blank line
-        for kind, item in snap.items:
-            if kind == "content":
-                piece = ("\n\n" if joined else "") + item
+        for kind, item, glued in snap.items:
+            if kind in ("content", "markup"):
+                piece = ("\n\n" if joined and not glued else "") + (item if kind == "content" else item.text)
                 end = joined + len(piece)
                 if end > self._sent_content:
-                    out.append(ContentDelta(piece[max(0, self._sent_content - joined):]))
+                    rest = piece[max(0, self._sent_content - joined):]
+                    out.append(ContentDelta(rest) if kind == "content" else ToolMarkup(rest, item.name, item.arguments))
                     self._sent_content = end
                 joined = end
                 continue
@@ -382,11 +421,13 @@ class OutputParser:
             c = text.find(CALL_OPEN, pos) if self.parse_tool_calls else -1
             if c < 0:
                 tail = text[pos:]
-                if not final and self.parse_tool_calls:
-                    tail = tail[: len(tail) - _partial_suffix(tail, (CALL_OPEN,))]
-                snap.content(tail)
+                if not final and self.parse_tool_calls:  # a tag (or a run of stray ones) may still grow
+                    tail = tail[: len(tail) - _partial_suffix(tail, _STRAY_TAGS)]
+                    if (m := _OPEN_AT_END.search(tail)) is not None:
+                        tail = tail[:m.start()]
+                snap.content(tail, stray=self.parse_tool_calls)
                 return
-            snap.content(text[pos:c])
+            snap.content(text[pos:c], stray=True)
             end = self._call(text, c, final, snap)
             if end is None:
                 return
@@ -405,24 +446,28 @@ class OutputParser:
         return self._malformed(text, c, final, snap, "no <function=NAME>")
 
     def _malformed(self, text: str, c: int, final: bool, snap: _Snapshot, why: str, *,
-                   message: str | None = None) -> int | None:
-        """A block that is not a call: reported, and its text kept as content."""
+                   message: str | None = None, name: str | None = None,
+                   arguments: tuple[tuple[str, Any], ...] | None = None) -> int | None:
+        """A block that is not a call: reported, and its text kept as content (markup)."""
         close = text.find(CALL_CLOSE, c + len(CALL_OPEN))
         if close < 0 and not final:
             return None
         end = close + len(CALL_CLOSE) if close >= 0 else len(text)
         raw = text[c:end]
         snap.errors.append(message or f"malformed tool call ({why}): {raw[:120]!r}")
-        snap.content(raw)
+        snap.markup(raw, name, arguments if arguments is not None else _written_arguments(raw))
         return end
 
-    def _unknown(self, text: str, c: int, final: bool, snap: _Snapshot, name: str) -> Any:
-        """A call to a function the request did not offer is no tool call: its text stays content
-        (and is reported). `_OFFERED` when the name is one of the offered tools."""
-        if not self.tools or name in self.schemas:
+    def _unknown(self, text: str, c: int, final: bool, snap: _Snapshot, name: str,
+                 arguments: tuple[tuple[str, Any], ...] | None = None) -> Any:
+        """A call to a function the request did not offer (or when it offered none, as llama-server
+        and OpenAI answer such a request) is no tool call: its text stays content, as markup, and is
+        reported. `_OFFERED` when the name is one of the offered tools."""
+        if name in self.schemas:
             return _OFFERED
-        return self._malformed(text, c, final, snap, "", message=f"the model called an unknown function {name!r}; "
-                               "its text is kept as content")
+        why = (f"the model called an unknown function {name!r}; its text is kept as content" if self.tools
+               else f"the model called {name!r} but no tools were given; its text is kept as content")
+        return self._malformed(text, c, final, snap, "", message=why, name=name, arguments=arguments)
 
     def _json_call(self, text: str, c: int, q: int, final: bool, snap: _Snapshot) -> int | None:
         """The older form: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`."""
@@ -440,7 +485,7 @@ class OutputParser:
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return self._malformed(text, c, final, snap, "not a JSON object with a name and arguments")
-        unknown = self._unknown(text, c, final, snap, name)
+        unknown = self._unknown(text, c, final, snap, name, tuple(args.items()))
         if unknown is not _OFFERED:
             return unknown
         snap.call(name, [_dumps(args)])
@@ -595,12 +640,18 @@ class OutputParser:
         return name is not None and _name_ok(name) and name not in taken and (props is None or name in props)
 
 
+def _written_arguments(raw: str) -> tuple[tuple[str, str], ...]:
+    """The `<parameter=KEY>VALUE</parameter>` pairs of a call's text, as written (for a note)."""
+    return tuple((m.group(1), m.group(2)) for m in _WRITTEN_PARAM.finditer(raw))
+
+
 def accumulate(deltas: Iterable[Any]) -> ParsedOutput:
     """Fold deltas into the whole message (what a non-streaming response returns)."""
     reply = Reply()
     for d in deltas:
         reply.add(d)
-    return ParsedOutput(reply.content or None, reply.reasoning or None, reply.tool_calls, reply.errors)
+    return ParsedOutput(reply.content or None, reply.reasoning or None, reply.tool_calls, reply.errors,
+                        reply.markup)
 
 
 def parse_full(text: str, tools: Sequence[Mapping[str, Any]] | None = None, *,

@@ -18,6 +18,17 @@ class ContentDelta:
 
 
 @dataclass(frozen=True)
+class ToolMarkup(ContentDelta):
+    """Content that is tool-call markup but no call: a call to a function the request did not offer
+    (or when it offered none), a malformed call, or stray tags of a broken one. `name` and
+    `arguments` (as written, in order) are set when the markup names a function. It is content
+    (an API keeps the text, as llama-server does); a screen shows a note in its place."""
+
+    name: str | None = None
+    arguments: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class ReasoningDelta:
     text: str
 
@@ -90,8 +101,8 @@ class Logprobs:
     prompt: bool = False
 
 
-ReplyEvent = (ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs | ParseError | Progress | Logprobs
-              | Finished)
+ReplyEvent = (ContentDelta | ToolMarkup | ReasoningDelta | ToolCallStart | ToolCallArgs | ParseError | Progress
+              | Logprobs | Finished)
 
 
 @dataclass
@@ -109,12 +120,16 @@ class Reply:
     reasoning: str = ""
     calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    markup: list[ToolMarkup] = field(default_factory=list)
     finished: Finished | None = None
     logprobs: list[TokenScore] = field(default_factory=list)
     prompt_logprobs: list[TokenScore] = field(default_factory=list)
 
     def add(self, ev: ReplyEvent) -> None:
         match ev:
+            case ToolMarkup(text=text):
+                self.content += text
+                self.markup.append(ev)
             case ContentDelta(text=text):
                 self.content += text
             case ReasoningDelta(text=text):
