@@ -301,9 +301,7 @@ class Backend:
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
         params = self._params(req)
-        kwargs, budget = thinking(req, self.settings.reasoning_budget)
-        if params.grammar is not None:  # the grammar starts at the reply's first token: no reasoning
-            kwargs, budget = {**kwargs, "enable_thinking": False}, None
+        kwargs, budget = thinking(req, self.settings.reasoning_budget)  # a grammar waits for the answer
         from clover_runtime.decoding.constraint import GrammarError
         from clover_runtime.errors import TemplateError
 
