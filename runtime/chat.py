@@ -22,7 +22,7 @@ from .decoding.constraint import Grammar, compile_grammar
 from .errors import ContextLengthError
 from .offload import OffloadRequest
 from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, PromptCache
-from .reasoning_budget import CLOSE_THINK, generate_with_budget
+from .reasoning_budget import ANSWER_LEAD, CLOSE_THINK, generate_with_budget
 from .text.chat_template import ChatTemplate, opens_reasoning
 from .text.output_parser import OutputParser
 from .text.reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
@@ -169,8 +169,8 @@ class ChatSession:
                 parallel_tool_calls: bool = True) -> PreparedPrompt:
         """Render and tokenize a chat prompt once. `tool_choice` "none" offers no tools and leaves
         `<tool_call>` text as content; a named function (`{"function": {"name": ...}}`) offers only
-        that tool. "required" and a named function constrain the reply to a call (thinking off:
-        the grammar starts at the reply's first token). Raises TemplateError when the template fails."""
+        that tool. "required" and a named function constrain the reply to a call (after the reasoning
+        when thinking is on). Raises TemplateError when the template fails."""
         from .tool_grammar import tool_call_lark
 
         offered = [dict(t) for t in tools or []]
@@ -182,7 +182,6 @@ class ChatSession:
         grammar = None
         if offered and (tool_choice == "required" or isinstance(tool_choice, Mapping)):
             grammar = self.compile_grammar("lark", tool_call_lark(offered, parallel=parallel_tool_calls))
-            chat_template_kwargs = {**(chat_template_kwargs or {}), "enable_thinking": False}
         text = self.render(messages, tools=offered or None, chat_template_kwargs=chat_template_kwargs)
         return PreparedPrompt(text, list(self.tokenizer.encode(text)), offered or None,
                               parse_tool_calls=tool_choice != "none", grammar=grammar,
@@ -194,12 +193,15 @@ class ChatSession:
 
     def _generate(self, prompt: PreparedPrompt, ids: Sequence[int], p: DecodeParams, state: Any,
                   cancel: Any) -> Iterator[Any]:
-        """The decoder's events; a chat reply that starts in reasoning gets `p.reasoning_budget`."""
+        """The decoder's events; a chat reply that starts in reasoning gets `p.reasoning_budget`, and
+        its grammar, if any, applies to the answer after the reasoning."""
         end_id = self.tokenizer.token_id("</think>")
-        if p.reasoning_budget is None or not prompt.chat or end_id is None or not opens_reasoning(prompt.text):
+        if ((p.reasoning_budget is None and p.grammar is None) or not prompt.chat or end_id is None
+                or not opens_reasoning(prompt.text)):
             return generate(self.model, ids, p, state=state, cancel=cancel)
         return generate_with_budget(self.model, ids, p, state=state, cancel=cancel, budget=p.reasoning_budget,
-                                    end_id=end_id, close_ids=self.tokenizer.encode(CLOSE_THINK))
+                                    end_id=end_id, close_ids=self.tokenizer.encode(CLOSE_THINK),
+                                    lead_ids=self.tokenizer.encode(ANSWER_LEAD))
 
     def stream(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None,
                tool_choice: Any = "auto", params: DecodeParams | None = None,

@@ -24,7 +24,8 @@ from .decoding import BlockEvent, DecodeParams, DoneEvent, GenerationStats, Pass
 # "high" there is no limit; "none" turns thinking off.
 EFFORT_BUDGETS: dict[str, int | None] = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096,
                                          "high": 16384, "xhigh": None, "max": None, "ultra": None}
-CLOSE_THINK = "\n</think>\n\n"  # what the model itself writes after its reasoning (docs/tool-calls.md)
+ANSWER_LEAD = "\n\n"  # what the model writes between `</think>` and its answer
+CLOSE_THINK = "\n</think>" + ANSWER_LEAD  # what the model itself writes after its reasoning (docs/tool-calls.md)
 
 
 def effort_budget(effort: str) -> int | None:
@@ -33,13 +34,16 @@ def effort_budget(effort: str) -> int | None:
 
 
 def generate_with_budget(model: Any, prompt_ids: Sequence[int], params: DecodeParams, *, state: Any,
-                         cancel: threading.Event | None, budget: int, end_id: int,
-                         close_ids: Sequence[int]) -> Iterator[Any]:
+                         cancel: threading.Event | None, budget: int | None, end_id: int,
+                         close_ids: Sequence[int], lead_ids: Sequence[int] = ()) -> Iterator[Any]:
     """`decoding.generate` for a prompt that opens a `<think>` block, with at most `budget`
-    tokens before `</think>` (`end_id`); when the budget runs out, `close_ids` are written."""
+    tokens before `</think>` (`end_id`; None: no limit); when the budget runs out, `close_ids` are
+    written. A grammar in `params` constrains the answer only, as vLLM's reasoning parsers do: the
+    reasoning is free, and after the model's own `</think>` the blank line it writes there
+    (`lead_ids`) is written for it, so the constrained answer starts where the model's would."""
     start = state.n_past + len(prompt_ids)
-    first = replace(params, max_tokens=min(budget, params.max_tokens),
-                    stop_ids=frozenset(params.stop_ids) | {int(end_id)})
+    first = replace(params, max_tokens=params.max_tokens if budget is None else min(budget, params.max_tokens),
+                    stop_ids=frozenset(params.stop_ids) | {int(end_id)}, grammar=None)
     emitted: list[int] = []
     head: GenerationStats | None = None
     for ev in generate(model, prompt_ids, first, state=state, cancel=cancel):
@@ -52,6 +56,8 @@ def generate_with_budget(model: Any, prompt_ids: Sequence[int], params: DecodePa
     assert head is not None
     if head.finish_reason == "stop" and head.stop_token == end_id:
         tail = [int(end_id)]  # the model closed its reasoning itself, within the budget
+        if params.grammar is not None:
+            tail += [int(t) for t in lead_ids]
     elif head.finish_reason == "length" and head.generated_tokens == first.max_tokens < params.max_tokens:
         tail = [int(t) for t in close_ids]  # still thinking at the budget: close it for the model
     else:  # an end of turn, max_tokens, a full context or a cancel: nothing follows

@@ -186,6 +186,19 @@ def test_tokenize_detokenize_round_trip(server):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens.0"
 
 
+def test_vllm_tokenizer_endpoints_as_lm_eval_reads_them(server):
+    """lm-eval's remote tokenizer: /tokenizer_info's `eos_token` through /tokenize is the model's EOS,
+    and /detokenize answers vLLM's `prompt`."""
+    tok = server.state.backend.tokenizer
+    with server.client() as c:
+        info = c.get("/tokenizer_info").json()
+        eos = c.post("/tokenize", json={"prompt": info["eos_token"], "add_special_tokens": False}).json()["tokens"]
+        back = c.post("/detokenize", json={"tokens": tok.encode("Hello world")}).json()
+    assert eos == [tok.eos_id] and info["model_max_length"] == server.state.backend.n_ctx
+    assert info["bos_token"] is None and info["chat_template"] == server.state.backend.chat_template_text()
+    assert back["prompt"] == back["content"] == "Hello world"
+
+
 def test_errors_are_openai_shaped(server):
     with server.client() as c:
         cases = [

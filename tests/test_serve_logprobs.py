@@ -8,6 +8,8 @@ rows share its forward (the prefill's chunks, a block's commit), by up to 0.1 in
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +25,7 @@ from serve_helpers import ROOT, clover_serve
 
 QUESTION = [{"role": "user", "content": "What is 48 + 36?"}]
 NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
+LM_EVAL_TASK = ROOT / "tests" / "lm_eval_task"
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -157,10 +160,55 @@ def test_echo_with_max_tokens_0_scores_the_prompt(server, session):
     assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(ids)
 
 
+def _check_echoed(session, choice: dict, text: str, top: int) -> None:
+    """An echoed prompt's scores in OpenAI's completions shape against an independent forward."""
+    lp, ids = choice["logprobs"], session.tokenizer.encode(text)
+    assert choice["text"] == text and "".join(lp["tokens"]) == text and len(lp["tokens"]) == len(ids)
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and lp["text_offset"][0] == 0
+    ref = _reference(session, ids)
+    assert lp["token_logprobs"][1:] == pytest.approx([ref[i - 1][ids[i]] for i in range(1, len(ids))], abs=1e-4)
+    for tok, value, alts in zip(lp["tokens"][1:], lp["token_logprobs"][1:], lp["top_logprobs"][1:], strict=True):
+        assert top <= len(alts) <= top + 1 and alts[tok] == value  # the chosen token is added, as OpenAI does
+
+
+def test_a_list_of_prompts_as_text_or_token_ids_is_scored_one_choice_each(server, session):
+    """lm-eval batches loglikelihood requests: `prompt` is a list of token-id lists, one choice each."""
+    texts = ["Tens: 4 + 3 + 1 = 8. So 48 + 36 = 84.", "What is 17 + 25?", "Ones: 7 + 5 = 12, write 2, carry 1."]
+    tok = session.tokenizer
+    with httpx.Client(base_url=server, timeout=120) as http:
+        for prompt in (texts, [tok.encode(t) for t in texts]):
+            body = {"prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 2, "temperature": 0}
+            out = http.post("/v1/completions", json=body).json()
+            choices = sorted(out["choices"], key=lambda c: c["index"])
+            assert [c["index"] for c in choices] == [0, 1, 2], out
+            for choice, text in zip(choices, texts, strict=True):
+                _check_echoed(session, choice, text, 2)
+            assert out["usage"]["completion_tokens"] == 0
+            assert out["usage"]["prompt_tokens"] == sum(len(tok.encode(t)) for t in texts)
+    client = _client(server)
+    r = client.completions.create(model="demo", prompt=texts[1:], max_tokens=6, temperature=0, logprobs=1)
+    assert len(r.choices) == 2
+    for choice, text in zip(sorted(r.choices, key=lambda c: c.index), texts[1:], strict=True):
+        alone = client.completions.create(model="demo", prompt=text, max_tokens=6, temperature=0, logprobs=1)
+        assert choice.text == alone.choices[0].text and choice.logprobs.tokens == alone.choices[0].logprobs.tokens
+        assert choice.logprobs.token_logprobs == pytest.approx(alone.choices[0].logprobs.token_logprobs, abs=1e-5)
+        assert choice.logprobs.text_offset == alone.choices[0].logprobs.text_offset
+
+
+def test_several_chat_choices_each_have_their_logprobs(server):
+    r = _client(server).chat.completions.create(model="demo", messages=QUESTION, max_tokens=8, n=2, seed=3,
+                                                logprobs=True, top_logprobs=2, extra_body=NO_THINK)
+    assert len(r.choices) == 2
+    for choice in r.choices:
+        content = choice.logprobs.content
+        assert "".join(e.token for e in content) == choice.message.content and len(content) == 8
+        assert all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
+
+
 def test_the_requests_lm_eval_local_completions_sends_for_loglikelihood(server, session):
-    """lm-eval 0.4.13's `local-completions` (not installable here without torch) sends, per
-    loglikelihood request, token ids with echo, max_tokens 1 and logprobs 1, and sums
-    `token_logprobs[ctxlen:-1]`, greedy when each equals its `top_logprobs` maximum."""
+    """lm-eval 0.4.13's `local-completions` sends, per loglikelihood request, token ids with echo,
+    max_tokens 1 and logprobs 1, and sums `token_logprobs[ctxlen:-1]`, greedy when each equals its
+    `top_logprobs` maximum (checked here without lm-eval installed; the next test runs lm-eval itself)."""
     tok = session.tokenizer
     context, continuation = tok.encode("What is 48 + 36?"), tok.encode(" So 48 + 36 = 84.")
     payload = {"model": "demo", "prompt": [context + continuation], "temperature": 0, "max_tokens": 1,
@@ -182,6 +230,44 @@ def test_the_requests_lm_eval_local_completions_sends_for_loglikelihood(server, 
     probs = llama["completion_probabilities"]
     assert len(probs) == 2 and all(set(p) == {"id", "token", "logprob", "bytes", "top_logprobs"} for p in probs)
     assert probs[0]["top_logprobs"][0]["id"] == probs[0]["id"] and len(probs[0]["top_logprobs"]) == 2
+
+
+def _metric(url: str, name: str) -> float:
+    for line in httpx.get(url + "/metrics", timeout=30).text.splitlines():
+        if line.startswith(f"clover:{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm-eval is not installed (the test extra)")
+def test_lm_eval_runs_a_loglikelihood_task_from_a_local_file(server, session, tmp_path):
+    """lm-evaluation-harness itself (`local-completions`, batches of 4 prompts, the server's own
+    tokenizer through /tokenizer_info and /tokenize) on tests/lm_eval_task: offline, no Hub."""
+    out = tmp_path / "out"
+    env = {**_env(tmp_path / "home"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf"), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    before = _metric(server, "requests_total")
+    res = subprocess.run([sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args",
+                          f"base_url={server}/v1/completions,model=demo", "--batch_size", "4", "--include_path", ".",
+                          "--tasks", "clover_sums", "--output_path", str(out), "--log_samples"],
+                         cwd=LM_EVAL_TASK, env=env, capture_output=True, text=True, encoding="utf-8", timeout=900)
+    assert res.returncode == 0, res.stderr[-4000:]
+    assert "Using remote tokenizer" in res.stderr  # it tokenized with the server's tokenizer, not a download
+    docs = (LM_EVAL_TASK / "sums.jsonl").read_text(encoding="utf-8").splitlines()
+    assert _metric(server, "requests_total") - before == 4 * len(docs)  # one scored prompt per choice
+    results = json.loads(next(out.rglob("results_*.json")).read_text(encoding="utf-8"))["results"]
+    acc = results["clover_sums"]["acc,none"]
+    assert 0.5 <= acc <= 1.0  # chance is 0.25; the demo knows these sums
+    samples = [json.loads(line) for line in next(out.rglob("samples_clover_sums_*.jsonl")).read_text(
+        encoding="utf-8").splitlines()]
+    assert sorted(s["doc_id"] for s in samples) == list(range(len(docs)))
+    first = next(s for s in samples if s["doc_id"] == 0)
+    tok = session.tokenizer
+    for k, (ll, _greedy) in enumerate(first["filtered_resps"]):
+        args = first["arguments"][f"gen_args_{k}"]
+        context, ids = tok.encode(args["arg_0"]), tok.encode(args["arg_0"] + args["arg_1"])
+        ref = _reference(session, ids)
+        assert float(ll) == pytest.approx(sum(ref[i - 1][ids[i]] for i in range(len(context), len(ids))), abs=1e-3)
 
 
 def test_a_stop_string_applies_to_the_answer_not_the_reasoning(server):

@@ -203,3 +203,57 @@ def test_unimplemented_schema_keywords_are_ignored_not_refused(client) -> None: 
     except openai.BadRequestError as exc:
         raise AssertionError(exc.body) from None
     assert isinstance(json.loads(done.choices[0].message.content)["d"], str)
+
+
+def _turn(c, think: bool, **body):  # noqa: ANN001, ANN202
+    body = {"messages": WEATHER_Q, "max_tokens": 160, "temperature": 0,
+            "chat_template_kwargs": {"enable_thinking": think}, **body}
+    r = c.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+@pytest.mark.parametrize("think", [True, False])
+def test_every_constraint_applies_to_the_answer_with_thinking_on_or_off(server, think) -> None:  # noqa: ANN001
+    """Thinking on (vLLM's behaviour with a reasoning parser): the reasoning is free text and the
+    constraint starts after `</think>`; thinking off: at the reply's first token."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "strict": True,
+                                                  "schema": Weather.model_json_schema()}}
+    named = {"type": "function", "function": {"name": "calculate"}}
+    with server.client(timeout=300.0) as c:
+        answers = {d: _turn(c, think, response_format=fmt, decode=d) for d in ("ar", "diffusion")}
+        gbnf = _turn(c, think, grammar='root ::= [0-9]{2} " C"')
+        forced = _turn(c, think, tools=TOOLS, tool_choice=named)
+        required = _turn(c, think, tools=TOOLS, tool_choice="required", parallel_tool_calls=False)
+    for choice in (*answers.values(), gbnf, forced, required):
+        reasoning = choice["message"].get("reasoning_content") or ""
+        assert bool(reasoning) == think, choice
+        assert "{" not in reasoning and "<tool_call>" not in reasoning  # free text, not the constrained answer
+    assert answers["ar"]["message"]["content"] == answers["diffusion"]["message"]["content"]
+    Weather.model_validate_json(answers["ar"]["message"]["content"])
+    reply = gbnf["message"]["content"]
+    assert len(reply) == 4 and reply[:2].isdigit() and reply.endswith(" C"), reply
+    (call,) = forced["message"]["tool_calls"]
+    assert call["function"]["name"] == "calculate" and forced["finish_reason"] == "tool_calls"
+    jsonschema.validate(json.loads(call["function"]["arguments"]), CALCULATOR_TOOL["function"]["parameters"])
+    assert required["finish_reason"] == "tool_calls" and len(required["message"]["tool_calls"]) == 1
+
+
+def test_a_reasoning_budget_closes_the_reasoning_before_a_constrained_answer(client) -> None:  # noqa: ANN001
+    """A budget that cuts the reasoning writes `</think>` for the model; the answer is still the
+    schema's, streamed as reasoning deltas first and then content deltas."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "weather", "strict": True,
+                                                  "schema": Weather.model_json_schema()}}
+    kinds, reasoning, content = [], "", ""
+    for chunk in client.chat.completions.create(model="demo", messages=WEATHER_Q, response_format=fmt, max_tokens=160,
+                                                temperature=0, stream=True, extra_body={"reasoning_budget_tokens": 3}):
+        delta = chunk.choices[0].delta if chunk.choices else None
+        if delta is not None and getattr(delta, "reasoning_content", None):
+            kinds.append("r")
+            reasoning += delta.reasoning_content
+        if delta is not None and delta.content:
+            kinds.append("c")
+            content += delta.content
+    assert kinds and kinds == sorted(kinds, reverse=True)  # every reasoning delta before the first content one
+    assert reasoning.strip() and "{" not in reasoning
+    Weather.model_validate_json(content)

@@ -301,9 +301,7 @@ class Backend:
         if req.response_format is not None and req.response_format.type == "json_object":
             messages = with_json_hint(messages)
         params = self._params(req)
-        kwargs, budget = thinking(req, self.settings.reasoning_budget)
-        if params.grammar is not None:  # the grammar starts at the reply's first token: no reasoning
-            kwargs, budget = {**kwargs, "enable_thinking": False}, None
+        kwargs, budget = thinking(req, self.settings.reasoning_budget)  # a grammar waits for the answer
         from clover_runtime.decoding.constraint import GrammarError
         from clover_runtime.errors import TemplateError
 
@@ -379,7 +377,22 @@ class Backend:
         for i, t in enumerate(req.tokens):
             if t < 0 or t >= n_vocab:
                 raise bad_request(f"tokens.{i}: token id {t} is outside the vocabulary", f"tokens.{i}")
-        return {"content": self.tokenizer.decode(req.tokens)}
+        text = self.tokenizer.decode(req.tokens)
+        return {"content": text, "prompt": text}  # llama-server's name, then vLLM's
+
+    def tokenizer_info(self) -> dict[str, Any]:
+        """vLLM's /tokenizer_info: the special tokens and template a client needs to tokenize as this
+        server does (lm-evaluation-harness's `local-completions` then uses /tokenize, no local copy).
+        A BOS the model does not prepend is not reported, as Hugging Face's Qwen tokenizer has none."""
+        tok = self.tokenizer
+
+        def piece(tid: int | None) -> str | None:
+            return None if tid is None else tok.token_to_piece(tid)
+
+        return {"tokenizer_class": "clover", "eos_token": piece(tok.eos_id),
+                "bos_token": piece(tok.bos_id) if tok.add_bos else None, "pad_token": piece(tok.pad_id),
+                "chat_template": self.chat_template_text(), "model_max_length": self.n_ctx,
+                "vocab_size": self.model.config.n_vocab}
 
     def apply_template(self, req: ApplyTemplateRequest) -> dict[str, Any]:
         prompt = self._render(template_messages(req.messages), tool_dicts(req.tools),

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from . import relay
 from .errors import APIError, bad_request
 from .generation import PING
+from .logprobs import Words
 from .schemas import ChatRequest, CompletionRequest, parse_body
 from .shapes import Envelope, chat_message, new_id, timings_body, usage_body
 from .sse import PING_FRAME, EventStreamResponse, frame
@@ -35,6 +36,10 @@ def _envelope(request: Request, prefix: str) -> Envelope:
     return Envelope(id=new_id(prefix), model=settings.model_id, fingerprint=settings.build)
 
 
+def _words(request: Request) -> Words:
+    return Words(relay.state_of(request).require_backend().tokenizer)
+
+
 def _usage(replies: list[Reply], prompts: list[Reply]) -> dict[str, int]:
     """Prompt tokens once per prompt (OpenAI's count for n > 1), completion tokens of every choice."""
     return {"prompt_tokens": sum(int(r.usage.get("prompt_tokens", 0)) for r in prompts),
@@ -49,7 +54,9 @@ async def chat_choices(request: Request, req: ChatRequest) -> Any:
     replies = [await relay.reply(request, await relay.start(request, _nth(req, i))) for i in range(req.n)]
     env = _envelope(request, "chatcmpl-")
     body = env.chat(replies[0])
-    body["choices"] = [{"index": i, "message": chat_message(r), "logprobs": None,
+    words = _words(request)
+    body["choices"] = [{"index": i, "message": chat_message(r),
+                        "logprobs": words.chat(r.logprobs) if req.logprob_count() is not None else None,
                         "finish_reason": r.finish_reason} for i, r in enumerate(replies)]
     body["usage"] = usage_body(_usage(replies, replies[:1]))
     return JSONResponse(body)
@@ -62,17 +69,21 @@ async def completion_choices(request: Request, req: CompletionRequest) -> Any:
     prompts = req.prompts
     if len(prompts) * req.n > 16:
         raise bad_request("at most 16 choices (prompts x n) in one request", "n")
-    replies, texts = [], []
+    replies, texts, echoed = [], [], []
     for p, prompt in enumerate(prompts):
         for i in range(req.n):
             one = _nth(req, p * req.n + i, prompt=prompt)
             run = await relay.start(request, one)  # the backend turns the prompt into text (echo uses it)
             replies.append(await relay.reply(request, run))
-            texts.append((one.prompt if req.echo else "") + replies[-1].content)
+            echoed.append(one.prompt if req.echo else None)
+            texts.append((echoed[-1] or "") + replies[-1].content)
     env = _envelope(request, "cmpl-")
     body = env.text(texts[0], replies[0].finish_reason, {}, replies[0].timings)
-    body["choices"] = [{"index": k, "text": t, "logprobs": None, "finish_reason": r.finish_reason}
-                       for k, (t, r) in enumerate(zip(texts, replies, strict=True))]
+    words = _words(request)
+    body["choices"] = [{"index": k, "text": t,
+                        "logprobs": words.completion_reply(r, e) if req.logprobs is not None else None,
+                        "finish_reason": r.finish_reason}
+                       for k, (t, r, e) in enumerate(zip(texts, replies, echoed, strict=True))]
     body["usage"] = usage_body(_usage(replies, replies[::req.n]))
     return JSONResponse(body)
 

@@ -53,6 +53,13 @@ class Words:
             out["top_logprobs"].append(top)
         return out
 
+    def completion_reply(self, reply: Any, echoed: str | None) -> dict[str, Any]:
+        """OpenAI's completions `logprobs` of a whole reply: the prompt's tokens first when it was
+        echoed (`echoed`, its text; lm-eval reads their scores), the reply's offsets after it."""
+        prompt = self.completion(reply.prompt_logprobs, 0)
+        answer = self.completion(reply.logprobs, 0 if echoed is None else len(echoed))
+        return {key: prompt[key] + answer[key] for key in prompt}
+
     def llama(self, scores: Sequence[Any]) -> list[dict[str, Any]]:
         """llama-server's `completion_probabilities`: per token its id, text, logprob, bytes and
         `top_logprobs` of {id, token, logprob, bytes}."""

@@ -174,6 +174,11 @@ async def detokenize(request: Request) -> Any:
     return await _backend_call(request, DetokenizeRequest, "detokenize")
 
 
+@router.get("/tokenizer_info")
+async def tokenizer_info(request: Request) -> Any:
+    return await run_in_threadpool(_state(request).require_backend().tokenizer_info)
+
+
 @router.post("/apply-template")
 async def apply_template(request: Request) -> Any:
     return await _backend_call(request, ApplyTemplateRequest, "apply_template")

@@ -218,15 +218,6 @@ def _text_chunk(env: Envelope, req: CompletionRequest, words: Words, text: str, 
     return body
 
 
-def _completion_logprobs(words: Words, req: CompletionRequest, result: Reply) -> dict[str, Any] | None:
-    """OpenAI's completions `logprobs`: the prompt's tokens first when echoed, offsets into `text`."""
-    if req.logprobs is None:
-        return None
-    prompt = words.completion(result.prompt_logprobs, 0)
-    reply = words.completion(result.logprobs, len(req.prompt) if req.echo else 0)
-    return {key: prompt[key] + reply[key] for key in prompt}
-
-
 async def _completion_stream(state: ServerState, gen: Generation, req: CompletionRequest,
                              env: Envelope) -> AsyncIterator[str]:
     result = Reply()
@@ -318,7 +309,8 @@ async def completions(request: Request) -> Any:
         text = req.prompt + text
     words = Words(backend.tokenizer)
     body = env.text(text, result.finish_reason, result.usage, result.timings,
-                    logprobs=_completion_logprobs(words, req, result))
+                    logprobs=words.completion_reply(result, req.prompt if req.echo else None)
+                    if req.logprobs is not None else None)
     if req.n_probs is not None:
         body["completion_probabilities"] = words.llama(result.prompt_logprobs + result.logprobs)
     return JSONResponse(body)
