@@ -124,4 +124,4 @@ def test_clover_run_json_schema_prints_valid_json(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines() == ["error: --json-schema: Invalid type: nope"]
     both = _run(["hi", "--grammar", 'root ::= "a"', "--json-schema", "{}"], tmp_path)
-    assert both.returncode == 1 and "--grammar and --json-schema" in both.stderr
+    assert both.returncode == 2 and "--grammar and --json-schema" in both.stderr  # a usage error
