@@ -133,6 +133,7 @@ def command(
 
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
+    from clover_runtime.hub.resolve import is_prompt_not_model
 
     from .model_setup import compile_first_run, prepare
     from .options import offload_request
@@ -146,7 +147,7 @@ def command(
         prompt = model
         model = model_opt
     model = model_opt or model
-    if model is not None and _looks_like_a_prompt(model):
+    if model is not None and is_prompt_not_model(model):
         shown = '"' + model.replace('"', '\\"') + '"'
         raise UsageError(f"{shown} is not a model; did you mean: clover run demo {shown}")
     if reasoning_budget not in (-1, 0):
@@ -217,18 +218,6 @@ def _constraint(session, grammar: str | None, grammar_file: Path | None, json_sc
         return session.compile_grammar(kind, text)
     except GrammarError as exc:
         raise CloverError(f"{flag}: {exc.message}") from None
-
-
-def _looks_like_a_prompt(model: str) -> bool:
-    """A MODEL that can only be a prompt typed first (`clover run "What is 2 + 2?"`): words with
-    spaces, or one word that is neither demo, a file, a path nor owner/repo."""
-    from clover_runtime.demo import is_demo
-    from clover_runtime.hub.refs import looks_like_path
-
-    text = model.strip()
-    if is_demo(text) or Path(model).exists() or looks_like_path(text):
-        return False
-    return not text or any(c.isspace() for c in text) or "/" not in text
 
 
 def _complete(incomplete: str) -> list[str]:

@@ -37,12 +37,15 @@ def test_inspect_shows_a_hostile_name_escaped(tmp_path, capsys, monkeypatch, for
         monkeypatch.setenv("FORCE_COLOR", "1")
         monkeypatch.setenv("COLUMNS", "400")
     path = write_model(tmp_path / "evil.gguf", name=HOSTILE, template="{{ '\x1b]0;t\x07' }}\nline two")
-    code, out, err = run_clover(["inspect", str(path), "--metadata", "--template"], capsys, monkeypatch)
+    code, out, err = run_clover(["inspect", str(path), "--metadata"], capsys, monkeypatch)
     assert code == 0, err
     assert_no_raw_controls(out + err)
     assert "\\x1b[2J" in out and "\\x1b]0;pwned\\x07" in out
     assert "[bold]x[/bold][/]" in out  # shown as written, not interpreted
-    assert "line two" in out.splitlines()[-1]  # a template keeps its lines
+    code, out, err = run_clover(["inspect", str(path), "--template"], capsys, monkeypatch)  # the template alone
+    assert code == 0, err
+    assert_no_raw_controls(out + err)
+    assert "\\x1b]0;t\\x07" in out and out.splitlines()[-1] == "line two"  # escaped, and it keeps its lines
     code, out, err = run_clover(["inspect", str(path), "--json"], capsys, monkeypatch)
     assert code == 0 and "\x9b" not in out and "\x1b" not in out
     assert json.loads(out)["metadata"]["general.name"]["value"] == HOSTILE

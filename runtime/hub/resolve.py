@@ -67,6 +67,15 @@ def local_path(text: str | Path) -> Path | None:
     return path if text.strip() and path.is_file() else None
 
 
+def is_prompt_not_model(text: str) -> bool:
+    """A MODEL argument that can only be a prompt typed first (`clover run "What is 2 + 2?"`): words
+    with spaces, or one word that is neither demo, a file, a path nor owner/repo."""
+    t = text.strip()
+    if is_demo(t) or Path(text).exists() or looks_like_path(t):
+        return False
+    return not t or any(c.isspace() for c in t) or "/" not in t
+
+
 def _as_ref(ref_or_text: str | ModelRef | None, file: str | None) -> ModelRef:
     if isinstance(ref_or_text, ModelRef):
         return ModelRef(ref_or_text.repo, None, file, ref_or_text.revision) if file else ref_or_text
