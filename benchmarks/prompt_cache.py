@@ -89,8 +89,8 @@ def one_turn(session, messages: list[dict], cache) -> dict:  # noqa: ANN001
             done = ev
     ttft = time.perf_counter() - t0
     assert done is not None
-    return {"prompt": done.usage["prompt_tokens"], "cached": done.usage["cached_tokens"],
-            "prefilled": int(done.timings["prompt_n"]), "ttft_s": ttft}
+    return {"prompt": done.usage.prompt_tokens, "cached": done.usage.cached_tokens,
+            "prefilled": done.timings.prompt_n, "ttft_s": ttft}
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from clover_runtime.text.reply import (
     ReasoningDelta,
     Reply,
     ReplyEvent,
+    Timings,
     ToolCallArgs,
     ToolCallStart,
     ToolMarkup,
@@ -63,7 +64,7 @@ def reply_json(reply: Reply) -> dict[str, Any]:
         "content": shown_content(reply), "reasoning": reply.reasoning or None, "tool_calls": reply.tool_calls,
         "tool_markup": [{"name": m.name, "arguments": dict(m.arguments), "text": m.text.strip()}
                         for m in reply.markup],
-        "finish_reason": reply.finish_reason, "usage": reply.usage, "timings": reply.timings,
+        "finish_reason": reply.finish_reason, "usage": reply.usage.to_json(), "timings": reply.timings.to_json(),
         "decode": getattr(stats, "decode_mode", None), "exact": getattr(stats, "exact", None),
         "auto": getattr(stats, "auto_note", "") or None,
         "errors": list(reply.errors),
@@ -74,17 +75,17 @@ def stats_line(reply: Reply) -> str:
     """`[ prompt X t/s | generation Y t/s | tokens per forward Z | passes P | cached N ]` (llama.cpp's
     shape; `cached`: prompt tokens reused from the prompt cache, not prefilled again)."""
     t = reply.timings
-    return (f"[ prompt {t.get('prompt_per_second', 0):.1f} t/s | generation {t.get('predicted_per_second', 0):.1f} t/s"
-            f" | tokens per forward {t.get('tokens_per_forward', 0):.2f} | passes {t.get('passes', 0)}"
-            f" ({t.get('passes_per_block', 0):.1f}/block){_modes(t)} | cached {t.get('cache_n', 0)} ]")
+    return (f"[ prompt {t.prompt_per_second:.1f} t/s | generation {t.predicted_per_second:.1f} t/s"
+            f" | tokens per forward {t.tokens_per_forward:.2f} | passes {t.passes}"
+            f" ({t.passes_per_block:.1f}/block){_modes(t)} | cached {t.cache_n} ]")
 
 
-def _modes(t: dict[str, Any]) -> str:
+def _modes(t: Timings) -> str:
     """` | AR 40 at 9.5 t/s, diffusion 24 at 31.0 t/s` when both modes wrote part of the reply."""
-    if not (t.get("ar_n") and t.get("diffusion_n")):
+    if not (t.ar_n and t.diffusion_n):
         return ""
-    return (f" | AR {t['ar_n']} at {t.get('ar_per_second', 0):.1f} t/s, diffusion {t['diffusion_n']}"
-            f" at {t.get('diffusion_per_second', 0):.1f} t/s")
+    return (f" | AR {t.ar_n} at {t.ar_per_second:.1f} t/s, diffusion {t.diffusion_n}"
+            f" at {t.diffusion_per_second:.1f} t/s")
 
 
 def run_in_thread(make_events: Callable[[threading.Event], Iterator[Any]],

@@ -283,7 +283,7 @@ class Repl:
         self.con.print()
         if out.content or out.tool_calls:
             self.history.append(out.message())
-        if self.show_timings and out.timings:
+        if self.show_timings and out.finished is not None:
             self.con.print(stats_line(out), style="dim", markup=False)
 
     def _interrupted_at_prompt(self) -> None:

@@ -25,7 +25,18 @@ from .prompt_cache import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CTX_CHECKPOINTS, Pro
 from .reasoning_budget import ANSWER_LEAD, CLOSE_THINK, generate_with_budget
 from .text.chat_template import ChatTemplate, opens_reasoning
 from .text.output_parser import OutputParser
-from .text.reply import ContentDelta, Finished, Logprobs, Progress, ReplyEvent, TokenScore, ToolCallArgs, ToolCallStart
+from .text.reply import (
+    ContentDelta,
+    Finished,
+    Logprobs,
+    Progress,
+    ReplyEvent,
+    Timings,
+    TokenScore,
+    ToolCallArgs,
+    ToolCallStart,
+    Usage,
+)
 from .text.stops import AnswerStops, StopStrings
 from .text.tokenizer import Tokenizer
 
@@ -59,27 +70,6 @@ def _as_score(token: int, s: Any) -> TokenScore:
 
 def _score(token: int, logits: Any, top: int) -> TokenScore:
     return _as_score(token, token_logprob(logits, token, top))
-
-
-def _timings(stats: Any, cache_n: int) -> dict[str, float]:
-    return {
-        "prompt_n": stats.prompt_tokens,
-        "prompt_ms": round(stats.prompt_ms, 3),
-        "prompt_per_second": round(stats.prompt_per_second, 3),
-        "predicted_n": stats.generated_tokens,
-        "predicted_ms": round(stats.gen_ms, 3),
-        "predicted_per_second": round(stats.predicted_per_second, 3),
-        "cache_n": cache_n,
-        "tokens_per_forward": round(stats.tokens_per_forward, 3),
-        "passes": stats.passes,
-        "blocks": stats.blocks,
-        "passes_per_block": round(stats.passes_per_block, 3),
-        "experts_per_pass": round(stats.experts_per_pass, 2),
-        "ar_n": stats.ar_tokens,  # tokens each mode wrote, and its speed (`--decode auto` mixes them)
-        "ar_per_second": round(stats.ar_per_second, 3),
-        "diffusion_n": stats.diffusion_tokens,
-        "diffusion_per_second": round(stats.diffusion_per_second, 3),
-    }
 
 
 class _Scored:
@@ -252,9 +242,7 @@ class ChatSession:
             yield Logprobs(tuple(self.score(ids, score_prompt)), prompt=True)
             if p.max_tokens == 0:
                 done = GenerationStats(prompt_tokens=len(ids), prompt_ms=(time.perf_counter() - t_score) * 1e3)
-                usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids),
-                         "cached_tokens": 0}
-                yield Finished("length", usage, _timings(done, 0), done)
+                yield Finished("length", Usage(len(ids)), Timings.of(done), done)
                 return
         parser = None
         if prompt.chat:
@@ -333,9 +321,8 @@ class ChatSession:
             stats.prompt_tokens += len(ids) - 1 - int(cached)
             stats.prompt_ms += prefilled_ms
         stats.gen_ms = max(stats.gen_ms, (time.perf_counter() - t0) * 1e3 - stats.prompt_ms)
-        usage = {"prompt_tokens": len(ids), "completion_tokens": stats.generated_tokens,
-                 "total_tokens": len(ids) + stats.generated_tokens, "cached_tokens": int(cached)}
-        yield Finished("stop" if stops.hit else stats.finish_reason, usage, _timings(stats, int(cached)), stats,
+        usage = Usage(len(ids), stats.generated_tokens, int(cached))
+        yield Finished("stop" if stops.hit else stats.finish_reason, usage, Timings.of(stats, int(cached)), stats,
                        stop_word=stops.word)
 
 

@@ -171,10 +171,10 @@ def test_conversation_text_identical_with_and_without_cache(decode: str) -> None
         cold_text, cold = _turn(session, messages, params, None)
         warm_text, warm = _turn(session, messages, params, cache)
         assert warm_text == cold_text
-        assert warm.usage["prompt_tokens"] == cold.usage["prompt_tokens"]
-        assert warm.timings["cache_n"] == warm.usage["cached_tokens"]
-        assert warm.timings["prompt_n"] == warm.usage["prompt_tokens"] - warm.usage["cached_tokens"]
-        cached_seen.append(warm.usage["cached_tokens"])
+        assert warm.usage.prompt_tokens == cold.usage.prompt_tokens
+        assert warm.timings.cache_n == warm.usage.cached_tokens
+        assert warm.timings.prompt_n == warm.usage.prompt_tokens - warm.usage.cached_tokens
+        cached_seen.append(warm.usage.cached_tokens)
         messages.append({"role": "assistant", "content": warm_text or f"ok {i}"})
     ids = session.tokenizer.encode(session.render(messages[:3]))
     assert cached_seen[0] == 0

@@ -69,7 +69,7 @@ def test_budget_cuts_diffusion_thinking_and_continues_from_the_state(session, bu
     assert reasoning == tok.decode(thought).strip()  # (the parser trims the reasoning)
     rest = _raw_ids(session, ids + thought + close, MAX_TOKENS - budget - len(close))
     assert content == tok.decode(rest).lstrip() and rest
-    assert done.usage["completion_tokens"] == MAX_TOKENS and done.finish_reason == "length"
+    assert done.usage.completion_tokens == MAX_TOKENS and done.finish_reason == "length"
     assert done.stats.blocks == -(-budget // 4) + 1 + -(-len(rest) // 4)  # the closing text: one block
 
 

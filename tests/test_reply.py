@@ -14,6 +14,7 @@ from clover_runtime.text.reply import (
     Reply,
     ToolCallArgs,
     ToolCallStart,
+    Usage,
 )
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -29,7 +30,7 @@ def _streamed(text: str, size: int, reason: str = "stop") -> tuple[Reply, list]:
     for i in range(0, len(text), size):
         events += parser.feed(text[i:i + size])
     events += parser.finish()
-    events.append(Finished(reason, {"prompt_tokens": 5, "completion_tokens": 9}))
+    events.append(Finished(reason, Usage(5, 9)))
     reply = Reply()
     for ev in events:
         reply.add(ev)
@@ -55,7 +56,7 @@ def test_finish_reason_stop_length_and_cancelled_pass_through_without_calls() ->
     for reason in ("stop", "length", "cancelled"):
         reply, _ = _streamed("Just an answer.", 4, reason)
         assert reply.finish_reason == reason and reply.tool_calls == []
-        assert reply.usage == {"prompt_tokens": 5, "completion_tokens": 9}
+        assert reply.usage == Usage(5, 9) and reply.usage.total_tokens == 14
 
 
 def test_a_reply_cut_by_length_after_a_call_says_length() -> None:
@@ -68,7 +69,7 @@ def test_no_finish_reason_before_finished_and_a_call_without_arguments_is_empty_
     for ev in (ReasoningDelta("hmm"), ContentDelta("a"), ContentDelta("b"), ToolCallStart(0, "call_x", "now"),
                ParseError("bad call")):
         reply.add(ev)
-    assert reply.finish_reason is None and reply.usage == {} and reply.stats is None
+    assert reply.finish_reason is None and reply.usage == Usage() and reply.stats is None
     assert (reply.reasoning, reply.content, reply.errors) == ("hmm", "ab", ["bad call"])
     assert reply.tool_calls == [{"id": "call_x", "type": "function", "function": {"name": "now", "arguments": "{}"}}]
     reply.add(Finished("stop"))

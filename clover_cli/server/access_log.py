@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from clover_runtime.text.reply import Timings
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..console import safe
@@ -47,13 +48,13 @@ def enable(stream: IO[str] | None = None) -> None:
     log.propagate = False
 
 
-def _mode(timings: dict[str, Any], stats: Any) -> str:
+def _mode(timings: Timings, stats: Any) -> str:
     """Which decoder wrote the tokens, from the counts (auto may write a reply in both)."""
-    ar, diffusion = int(timings.get("ar_n") or 0), int(timings.get("diffusion_n") or 0)
+    ar, diffusion = timings.ar_n, timings.diffusion_n
     if ar and diffusion:
         return f"AR {ar} + diffusion {diffusion}"
     if ar or diffusion:
-        return "AR" if ar else f"diffusion, {timings.get('tokens_per_forward', 0):.2f} tokens per forward"
+        return "AR" if ar else f"diffusion, {timings.tokens_per_forward:.2f} tokens per forward"
     return str(getattr(stats, "decode_mode", "") or "")
 
 
@@ -64,13 +65,13 @@ def line(method: str, path: str, status: int, ms: float, facts: RequestFacts) ->
     if not facts.finished:
         return head
     first = facts.finished[0]
-    usage = first.usage or {}
-    generated = sum(int((f.usage or {}).get("completion_tokens", 0)) for f in facts.finished)
-    gen_ms = sum(float((f.timings or {}).get("predicted_ms", 0.0)) for f in facts.finished)
+    usage = first.usage
+    generated = sum(f.usage.completion_tokens for f in facts.finished)
+    gen_ms = sum(f.timings.predicted_ms for f in facts.finished)
     speed = generated / gen_ms * 1e3 if gen_ms > 0 else 0.0
-    parts = [head, f"prompt {usage.get('prompt_tokens', 0)} tokens ({usage.get('cached_tokens', 0)} cached)",
+    parts = [head, f"prompt {usage.prompt_tokens} tokens ({usage.cached_tokens} cached)",
              f"{generated} generated at {speed:.1f} t/s"]
-    mode = _mode(first.timings or {}, first.stats)
+    mode = _mode(first.timings, first.stats)
     if mode:
         parts.append(mode)
     reasons = sorted({f.finish_reason for f in facts.finished} - {"stop"})

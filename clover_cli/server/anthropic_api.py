@@ -214,9 +214,8 @@ def stop_reason(reply: Reply) -> tuple[str, str | None]:
 def usage(reply: Reply) -> dict[str, int]:
     """Input tokens not read from the prompt cache, the cached ones, and the output tokens."""
     u = reply.usage
-    cached = int(u.get("cached_tokens", 0))
-    return {"input_tokens": int(u.get("prompt_tokens", 0)) - cached, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached, "output_tokens": int(u.get("completion_tokens", 0))}
+    return {"input_tokens": u.prompt_tokens - u.cached_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": u.cached_tokens, "output_tokens": u.completion_tokens}
 
 
 def message_body(msg_id: str, model: str, reply: Reply) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from clover_runtime.text.reply import ContentDelta, Reply
+from clover_runtime.text.reply import ContentDelta, Reply, Usage
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -40,11 +40,10 @@ def _words(request: Request) -> Words:
     return Words(relay.state_of(request).require_backend().tokenizer)
 
 
-def _usage(replies: list[Reply], prompts: list[Reply]) -> dict[str, int]:
+def _usage(replies: list[Reply], prompts: list[Reply]) -> Usage:
     """Prompt tokens once per prompt (OpenAI's count for n > 1), completion tokens of every choice."""
-    return {"prompt_tokens": sum(int(r.usage.get("prompt_tokens", 0)) for r in prompts),
-            "completion_tokens": sum(int(r.usage.get("completion_tokens", 0)) for r in replies),
-            "cached_tokens": sum(int(r.usage.get("cached_tokens", 0)) for r in prompts)}
+    return Usage(sum(r.usage.prompt_tokens for r in prompts), sum(r.usage.completion_tokens for r in replies),
+                 sum(r.usage.cached_tokens for r in prompts))
 
 
 async def chat_choices(request: Request, req: ChatRequest) -> Any:
@@ -78,7 +77,7 @@ async def completion_choices(request: Request, req: CompletionRequest) -> Any:
             echoed.append(one.prompt if req.echo else None)
             texts.append((echoed[-1] or "") + replies[-1].content)
     env = _envelope(request, "cmpl-")
-    body = env.text(texts[0], replies[0].finish_reason, {}, replies[0].timings)
+    body = env.text(texts[0], replies[0].finish_reason, Usage(), replies[0].timings)
     words = _words(request)
     body["choices"] = [{"index": k, "text": t,
                         "logprobs": words.completion_reply(r, e) if req.logprobs is not None else None,
@@ -98,10 +97,9 @@ def _native(reply: Reply, model: str, prompt: str) -> dict[str, Any]:
     """A finished /completion in llama-server's shape."""
     usage = reply.usage
     return {"index": 0, "content": reply.content, "tokens": [], "id_slot": -1, "stop": True, "model": model,
-            "tokens_predicted": int(usage.get("completion_tokens", 0)),
-            "tokens_evaluated": int(usage.get("prompt_tokens", 0)), "prompt": prompt,
+            "tokens_predicted": usage.completion_tokens, "tokens_evaluated": usage.prompt_tokens, "prompt": prompt,
             "has_new_line": "\n" in reply.content, "truncated": False, "stop_type": _stop_type(reply),
-            "stopping_word": reply.stop_word or "", "tokens_cached": int(usage.get("cached_tokens", 0)),
+            "stopping_word": reply.stop_word or "", "tokens_cached": usage.cached_tokens,
             "timings": timings_body(reply.timings)}
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+
+from clover_runtime.text.reply import Timings, Usage
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Metrics:
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
-    forwards_total: float = 0.0
+    forwards_total: int = 0
     passes_total: int = 0
     blocks_total: int = 0
     tokens_ar_total: int = 0
@@ -33,22 +34,20 @@ class Metrics:
         with self._lock:
             setattr(self, name, getattr(self, name) + n)
 
-    def record(self, usage: dict[str, Any], timings: dict[str, Any]) -> None:
-        """Add one finished generation's usage and timings."""
-        predicted = int(timings.get("predicted_n", usage.get("completion_tokens", 0)) or 0)
-        tpf = float(timings.get("tokens_per_forward") or 0.0)
+    def record(self, usage: Usage, timings: Timings) -> None:
+        """Add one finished generation's usage and timings (exact counts: forwards are counted, not
+        rebuilt from a rounded tokens-per-forward)."""
         with self._lock:
-            self.prompt_tokens_total += int(timings.get("prompt_n", usage.get("prompt_tokens", 0)) or 0)
-            self.prompt_tokens_cached_total += int(timings.get("cache_n") or 0)
-            self.prompt_seconds_total += float(timings.get("prompt_ms") or 0.0) / 1000.0
-            self.tokens_predicted_total += predicted
-            self.tokens_predicted_seconds_total += float(timings.get("predicted_ms") or 0.0) / 1000.0
-            if tpf > 0:
-                self.forwards_total += predicted / tpf
-            self.passes_total += int(timings.get("passes") or 0)
-            self.blocks_total += int(timings.get("blocks") or 0)
-            self.tokens_ar_total += int(timings.get("ar_n") or 0)
-            self.tokens_diffusion_total += int(timings.get("diffusion_n") or 0)
+            self.prompt_tokens_total += timings.prompt_n
+            self.prompt_tokens_cached_total += timings.cache_n
+            self.prompt_seconds_total += timings.prompt_ms / 1000.0
+            self.tokens_predicted_total += timings.predicted_n
+            self.tokens_predicted_seconds_total += timings.predicted_ms / 1000.0
+            self.forwards_total += timings.forwards
+            self.passes_total += timings.passes
+            self.blocks_total += timings.blocks
+            self.tokens_ar_total += timings.ar_n
+            self.tokens_diffusion_total += timings.diffusion_n
 
     def render(self, *, processing: int, deferred: int, n_slots: int, n_ctx: int) -> str:
         with self._lock:

@@ -134,11 +134,11 @@ def _messages(req: OllamaChat) -> list[dict[str, Any]]:
 def _stats(reply: Reply) -> dict[str, Any]:
     """Ollama's counters (durations in nanoseconds) from the reply's usage and timings."""
     t, u = reply.timings, reply.usage
-    prompt_ns, eval_ns = int(t.get("prompt_ms", 0.0) * 1e6), int(t.get("predicted_ms", 0.0) * 1e6)
+    prompt_ns, eval_ns = int(t.prompt_ms * 1e6), int(t.predicted_ms * 1e6)
     return {"done_reason": "length" if reply.finish_reason == "length" else "stop",
             "total_duration": prompt_ns + eval_ns, "load_duration": 0,
-            "prompt_eval_count": int(u.get("prompt_tokens", 0)), "prompt_eval_duration": prompt_ns,
-            "eval_count": int(u.get("completion_tokens", 0)), "eval_duration": eval_ns}
+            "prompt_eval_count": u.prompt_tokens, "prompt_eval_duration": prompt_ns,
+            "eval_count": u.completion_tokens, "eval_duration": eval_ns}
 
 
 def _calls(reply: Reply) -> list[dict[str, Any]]:

@@ -225,10 +225,9 @@ def response_body(resp_id: str, created: int, model: str, req: ResponsesRequest,
         status = "incomplete" if reply.finish_reason == "length" else "completed"
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         u = reply.usage
-        prompt, completion = int(u.get("prompt_tokens", 0)), int(u.get("completion_tokens", 0))
-        usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": int(u.get("cached_tokens", 0))},
-                 "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
-                 "total_tokens": prompt + completion}
+        usage = {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
+                 "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": u.total_tokens}
     return {
         "id": resp_id, "object": "response", "created_at": created, "status": status, "model": model,
         "output": output, "error": None, "incomplete_details": incomplete, "instructions": req.instructions,

@@ -11,36 +11,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from clover_runtime.text.reply import Reply, ToolCallArgs, ToolCallStart
+from clover_runtime.text.reply import Reply, Timings, ToolCallArgs, ToolCallStart, Usage
 
 
 def new_id(prefix: str, n_hex: int = 32) -> str:
     return prefix + secrets.token_hex(n_hex // 2)
 
 
-def usage_body(usage: dict[str, Any] | None) -> dict[str, Any]:
-    usage = usage or {}
-    prompt = int(usage.get("prompt_tokens", 0) or 0)
-    completion = int(usage.get("completion_tokens", 0) or 0)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": int(usage.get("cached_tokens", 0) or 0)}}
+def usage_body(usage: Usage | None) -> dict[str, Any]:
+    """OpenAI's usage object (cached prompt tokens under `prompt_tokens_details`)."""
+    u = usage or Usage()
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
 
 
-def timings_body(timings: dict[str, Any] | None) -> dict[str, Any]:
-    """llama-server's timings object plus clover's tokens per forward, passes and blocks."""
-    t = dict(timings or {})
-    out: dict[str, Any] = {"cache_n": int(t.pop("cache_n", 0) or 0)}
-    for key in ("prompt_n", "predicted_n"):
-        out[key] = int(t.pop(key, 0) or 0)
-    for key in ("prompt_ms", "predicted_ms", "prompt_per_second", "predicted_per_second"):
-        out[key] = float(t.pop(key, 0.0) or 0.0)
-    out["prompt_per_token_ms"] = out["prompt_ms"] / out["prompt_n"] if out["prompt_n"] else 0.0
-    out["predicted_per_token_ms"] = out["predicted_ms"] / out["predicted_n"] if out["predicted_n"] else 0.0
-    out["tokens_per_forward"] = float(t.pop("tokens_per_forward", 0.0) or 0.0)
-    out["passes"] = int(t.pop("passes", 0) or 0)
-    out["blocks"] = int(t.pop("blocks", 0) or 0)
-    out.update(t)
-    return out
+def timings_body(timings: Timings | None) -> dict[str, Any]:
+    """llama-server's timings object plus clover's forwards, passes, blocks and tokens per mode."""
+    return (timings or Timings()).to_json()
 
 
 def tool_call_chunk(event: ToolCallStart | ToolCallArgs) -> dict[str, Any]:
@@ -88,13 +75,13 @@ class Envelope:
         body.update(extra)
         return body
 
-    def usage_chunk(self, obj: str, usage: dict[str, Any], timings: dict[str, Any]) -> dict[str, Any]:
+    def usage_chunk(self, obj: str, usage: Usage, timings: Timings) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": self.fingerprint, "choices": [],
                 "usage": usage_body(usage), "timings": timings_body(timings)}
 
-    def text(self, text: str, finish_reason: str | None, usage: dict[str, Any] | None = None,
-             timings: dict[str, Any] | None = None, chunk: bool = False,
+    def text(self, text: str, finish_reason: str | None, usage: Usage | None = None,
+             timings: Timings | None = None, chunk: bool = False,
              logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id, "object": "text_completion", "created": self.created, "model": self.model,

@@ -70,13 +70,116 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Token counts of one reply, exact: the prompt (of which `cached_tokens` came from the cache)
+    and what was generated."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_json(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens, "cached_tokens": self.cached_tokens}
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens,
+                     self.cached_tokens + other.cached_tokens)
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Where one reply's time went, with the exact counts (llama-server's `timings`, plus how many
+    forwards, preview passes and blocks diffusion took and what each mode wrote); rates and ratios
+    are derived here, and rounded only where a shape is rendered."""
+
+    prompt_n: int = 0  # tokens prefilled (the cached ones not counted)
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    cache_n: int = 0
+    forwards: int = 0  # model passes after the prefill (previews and commits; AR: one per token)
+    passes: int = 0
+    blocks: int = 0
+    experts_per_pass: float = 0.0
+    ar_n: int = 0
+    ar_ms: float = 0.0
+    diffusion_n: int = 0
+    diffusion_ms: float = 0.0
+
+    @classmethod
+    def of(cls, stats: Any, cache_n: int = 0) -> Timings:
+        """From the decoder's `GenerationStats`."""
+        return cls(stats.prompt_tokens, stats.prompt_ms, stats.generated_tokens, stats.gen_ms, cache_n,
+                   stats.forwards, stats.passes, stats.blocks, stats.experts_per_pass, stats.ar_tokens,
+                   stats.ar_ms, stats.diffusion_tokens, stats.diffusion_ms)
+
+    @staticmethod
+    def _rate(n: int, ms: float) -> float:
+        return n / (ms / 1e3) if ms > 0 else 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self._rate(self.prompt_n, self.prompt_ms)
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self._rate(self.predicted_n, self.predicted_ms)
+
+    @property
+    def ar_per_second(self) -> float:
+        return self._rate(self.ar_n, self.ar_ms)
+
+    @property
+    def diffusion_per_second(self) -> float:
+        return self._rate(self.diffusion_n, self.diffusion_ms)
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.predicted_n / self.forwards if self.forwards else 0.0
+
+    @property
+    def passes_per_block(self) -> float:
+        return self.passes / self.blocks if self.blocks else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """llama-server's timings object and clover's additions: the one rendering of a Timings
+        (the API's `timings`, `clover run --json`)."""
+        return {
+            "cache_n": self.cache_n,
+            "prompt_n": self.prompt_n,
+            "prompt_ms": round(self.prompt_ms, 3),
+            "prompt_per_token_ms": round(self.prompt_ms / self.prompt_n, 3) if self.prompt_n else 0.0,
+            "prompt_per_second": round(self.prompt_per_second, 3),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": round(self.predicted_ms, 3),
+            "predicted_per_token_ms": round(self.predicted_ms / self.predicted_n, 3) if self.predicted_n else 0.0,
+            "predicted_per_second": round(self.predicted_per_second, 3),
+            "tokens_per_forward": round(self.tokens_per_forward, 3),
+            "forwards": self.forwards,
+            "passes": self.passes,
+            "blocks": self.blocks,
+            "passes_per_block": round(self.passes_per_block, 3),
+            "experts_per_pass": round(self.experts_per_pass, 2),
+            "ar_n": self.ar_n,
+            "ar_per_second": round(self.ar_per_second, 3),
+            "diffusion_n": self.diffusion_n,
+            "diffusion_per_second": round(self.diffusion_per_second, 3),
+        }
+
+
+@dataclass(frozen=True)
 class Finished:
     """The generation ended. `finish_reason` is the decoder's (stop | length | cancelled);
     `Reply.finish_reason` turns a stop after tool calls into `tool_calls`."""
 
     finish_reason: str
-    usage: dict[str, int] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    timings: Timings = field(default_factory=Timings)
     stats: Any = None
     stop_word: str | None = None  # the stop string that ended it, when one did
 
@@ -156,12 +259,12 @@ class Reply:
         return "tool_calls" if self.calls and reason == "stop" else reason
 
     @property
-    def usage(self) -> dict[str, int]:
-        return dict(self.finished.usage) if self.finished else {}
+    def usage(self) -> Usage:
+        return self.finished.usage if self.finished else Usage()
 
     @property
-    def timings(self) -> dict[str, float]:
-        return dict(self.finished.timings) if self.finished else {}
+    def timings(self) -> Timings:
+        return self.finished.timings if self.finished else Timings()
 
     @property
     def stop_word(self) -> str | None:
