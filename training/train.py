@@ -66,8 +66,9 @@ def weighted(prompt: str, reply: str, calls: bool) -> bool:
 
 
 def answers_a_tool(prompt: str) -> bool:
-    """Whether the assistant text after this prompt piece answers a tool's result."""
-    return "<tool_response>" in prompt
+    """Whether the assistant text after this prompt piece answers a tool's result: the prompt's
+    last user turn is a tool response (an earlier round trip in a chat's history does not count)."""
+    return "<tool_response>" in prompt[prompt.rfind("<|im_start|>user"):]
 
 
 def calls_a_tool(reply: str) -> bool:
@@ -228,6 +229,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "sky is one token in a thousand, and unweighted the model answered one sky for all")
     p.add_argument("--weight-tool-calls", action=argparse.BooleanOptionalAction, default=False,
                    help="the tool calls count --tool-answer-weight times too, not only the answers to their results")
+    p.add_argument("--chats", type=int, default=150,
+                   help="multi-turn chats per corpus repeat (follow-up sums, a fact or a tool call after chat)")
+    p.add_argument("--refusals", type=int, default=10, help="out-of-scope questions per corpus repeat")
+    p.add_argument("--fact-draws", type=int, default=4, help="questions per fact (and greetings) per corpus repeat")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -253,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes,
-             "result_first": args.result_first, "plain_reports": args.plain_reports, "sky_pieces": args.sky_pieces}
+             "result_first": args.result_first, "plain_reports": args.plain_reports, "sky_pieces": args.sky_pieces,
+             "chats": args.chats, "refusals": args.refusals, "fact_draws": args.fact_draws}
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
