@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -251,6 +252,19 @@ def recipe_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
+def source_commit() -> str | None:
+    """The commit whose training/ this run uses (with "+dirty" when training/ has uncommitted
+    changes), so that the manifest's command names the code it reproduces with; None outside git."""
+    root = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=root, capture_output=True,
+                               text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -301,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
     (args.out / "train-log.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                          "steps": step, "main_steps": main_steps,
+                                                         "commit": source_commit(),
                                                          "recipe": recipe_flags(args), "seconds": round(elapsed),
                                                          "log": log}, indent=1), encoding="utf-8")
     for quant in ("F16", "Q8_0"):
