@@ -208,7 +208,7 @@ def single_turn(chat: Any, corpus: demo_corpus.Corpus, args: argparse.Namespace)
 
 
 def chats(chat: Any, corpus: demo_corpus.Corpus, args: argparse.Namespace) -> dict[str, Any]:
-    """Follow-up sums, facts, refusals and mixed chats, in AR mode and in checked diffusion."""
+    """Follow-up sums, facts, refusals and mixed chats, in each of --chat-modes."""
     held = corpus.held_out_arithmetic
     pairs = held[1::max(1, len(held) // (3 * args.chats))][:3 * args.chats]
     return {f"chat_{mode}": {"follow_ups": follow_ups(chat, pairs, mode, args.max_tokens),
@@ -216,7 +216,7 @@ def chats(chat: Any, corpus: demo_corpus.Corpus, args: argparse.Namespace) -> di
                              "refusals": refusals(chat, corpus.held_out_refusals, mode, args.max_tokens),
                              "mixed": mixed_chats(chat, pairs, corpus.held_out_cities, args.seed, mode,
                                                   args.max_tokens)}
-            for mode in ("ar", "diffusion")}
+            for mode in args.chat_modes}
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -256,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--chats", type=int, default=30, help="three-turn chats of held-out sums, per decode mode")
+    p.add_argument("--chat-modes", nargs="+", choices=("ar", "diffusion"), default=["ar", "diffusion"],
+                   help="the decode modes of the chat rows (checked diffusion answers as AR does, faster)")
     p.add_argument("--only", choices=("single", "chats"), default=None,
                    help="only the single-turn rows (sums, round trips) or only the chat rows")
     p.add_argument("--plain-reports", action=argparse.BooleanOptionalAction, default=True,
