@@ -85,6 +85,24 @@ def test_held_out_arithmetic_in_both_modes_and_tokens_per_forward(chat, held_out
     assert unchecked["accuracy"] >= 0.15, unchecked  # 15 % measured on these 40
 
 
+def test_chat_rows_count_every_turn_and_question(chat, held_out: demo_corpus.Corpus) -> None:
+    """eval.py's chat rows: three-turn chats of held-out sums with the model's own replies as
+    history, each turn scored once (right, or listed among the misses with its question), and
+    held-out out-of-scope questions scored against the refusal."""
+    pairs = held_out.held_out_arithmetic[::100][:6]
+    ar = demo_eval.follow_ups(chat, pairs, "ar", 128)
+    assert ar["chats"] == 2 and len(ar["turn_right"]) == len(ar["turn_earlier_numbers"]) == 3
+    assert round(sum(ar["turn_right"]) * 2) + len(ar["misses"]) == 6, ar
+    follow = demo_corpus.FOLLOW_UPS
+    expected = {1: {demo_corpus.arithmetic_question(*pairs[0]), demo_corpus.arithmetic_question(*pairs[3])},
+                2: {follow[0].format(a=a, op=op, b=b) for a, op, b in (pairs[1], pairs[4])},
+                3: {follow[1].format(a=a, op=op, b=b) for a, op, b in (pairs[2], pairs[5])}}
+    assert all(m["question"] in expected[m["turn"]] for m in ar["misses"]), ar["misses"]
+    questions = held_out.held_out_refusals[:3]
+    refused = demo_eval.refusals(chat, questions, "ar", 64)
+    assert refused["n"] == 3 and round(refused["right"] * 3) + len(refused["misses"]) == 3, refused
+
+
 @pytest.mark.parametrize("extra", [[], ["--decode", "ar", "-sys", demo_corpus.SYSTEM]])
 def test_clover_run_demo_prints_the_worked_answer(tmp_path: Path, extra: list[str]) -> None:
     """The README's main command (block diffusion, no system prompt), and AR with the system prompt."""

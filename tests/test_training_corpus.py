@@ -48,7 +48,10 @@ def test_held_out_questions_never_appear_in_training(corpus: demo.Corpus) -> Non
     text = "\n".join(questions)
     assert corpus.held_out_cities and not any(city in text for city in corpus.held_out_cities)
     kinds = {d.kind for d in corpus.train}
-    assert kinds == {"arithmetic", "fact", "greeting", "weather", "calculator"}
+    assert kinds == {"arithmetic", "fact", "greeting", "weather", "calculator", "followup", "chat", "refusal"}
+    held_phrasings = {q[-demo.HELD_OUT_PHRASINGS] for q, _ in demo.FACTS} | {demo.GREETINGS[-1]}
+    assert not held_phrasings & set(questions)
+    assert corpus.held_out_refusals and not set(corpus.held_out_refusals) & set(questions)
 
 
 @pytest.mark.parametrize("result_first", [False, True])
@@ -75,14 +78,14 @@ def test_segments_rebuild_the_whole_render(corpus: demo.Corpus, template: ChatTe
         whole = template.render(d.messages, tools=d.tools, add_generation_prompt=False, enable_thinking=d.think)
         assert whole.rstrip("\n") == "".join(t for t, _ in pieces)
         assert all(t.endswith("<|im_end|>") for t, is_reply in pieces if is_reply)
-        assert sum(1 for _, r in pieces if r) == sum(1 for m in d.messages if m["role"] == "assistant")
+        assert sum(1 for _, r in pieces if r) == len(demo.trained_turns(d))
 
 
 def test_tool_turns_parse_back_into_the_intended_calls(corpus: demo.Corpus, template: ChatTemplate) -> None:
     checked = 0
     for d in (d for d in corpus.train if d.tools):
         replies = [t for t, is_reply in demo.segments(d, template) if is_reply]
-        turns = [m for m in d.messages if m["role"] == "assistant"]
+        turns = demo.trained_turns(d)
         for text, turn in zip(replies, turns, strict=True):
             parsed = parse_full(text.removesuffix("<|im_end|>"), d.tools, starts_in_reasoning=d.think)
             intended = [(c["function"]["name"], c["function"]["arguments"]) for c in turn.get("tool_calls", [])]
@@ -190,3 +193,33 @@ def test_sky_pieces_cut_the_sky_out_of_the_vocabulary_like_the_city() -> None:
         for text in (report, answer):
             ids = tok.encode(text).tokens
             assert any(ids[i:i + len(pieces)] == pieces for i in range(len(ids))), (text, pieces)
+
+
+def test_chats_train_only_their_last_turn_which_answers_the_last_question(corpus: demo.Corpus,
+                                                                           template: ChatTemplate) -> None:
+    """A multi-turn chat's earlier turns are context, rendered as the template renders history;
+    the trained turn answers the last question: a follow-up sum about its own numbers (never the
+    earlier turn's), a fact, the refusal, or a weather call about the city asked last."""
+    chats = [d for d in corpus.train if sum(m["role"] == "user" for m in d.messages) > 1]
+    assert {d.kind for d in chats} == {"followup", "chat", "refusal", "weather"}
+    checked = 0
+    for d in chats:
+        pieces = list(demo.segments(d, template))
+        replies = [t for t, is_reply in pieces if is_reply]
+        last_user = [m for m in d.messages if m["role"] == "user"][-1]["content"]
+        if d.kind == "followup":
+            a, op, b = re.search(r"(\d+) ([+-]) (\d+)", last_user).groups()
+            result = int(a) + int(b) if op == "+" else int(a) - int(b)
+            assert replies == [pieces[-1][0]] and replies[0].endswith(f"So {a} {op} {b} = {result}.<|im_end|>")
+            earlier = [m["content"] for m in d.messages[:-2] if m["role"] == "assistant"]
+            assert earlier and all(m in pieces[0][0] for m in earlier if m)
+            checked += 1
+        elif d.kind == "refusal":
+            assert replies[0].endswith(demo.REFUSAL + "<|im_end|>")
+        elif d.kind == "weather":
+            city = re.fullmatch(r"What is the weather in (.+?)(?: in \w+)?\?", last_user)[1]
+            assert f"<parameter=city>\n{city}\n</parameter>" in replies[0] and city in d.names
+    assert checked >= 50
+    follow = [m["content"] for d in chats for m in d.messages[2:] if m["role"] == "user"]
+    assert any(q.startswith("And what is ") for q in follow) and any(q.startswith("What about ") for q in follow)
+

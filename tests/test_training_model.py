@@ -7,6 +7,7 @@ side without it.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -152,7 +153,10 @@ def test_a_short_training_run_is_reproducible_from_its_seed(tmp_path: Path) -> N
     assert [(r["step"], r["phase"]) for r in log["log"]] == list(enumerate(phases, 1))
     assert [r["diffusion"] == 0 for r in log["log"]] == [p == "warmup" for p in phases]
     assert log["main_steps"] == 3
-    command = ship.manifest(tmp_path / "a", tmp_path / "a" / "demo-Q8_0.gguf")["command"]
+    assert log["commit"] is None or re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", log["commit"]), log["commit"]
+    shipped = ship.manifest(tmp_path / "a", tmp_path / "a" / "demo-Q8_0.gguf")
+    assert shipped["training_commit"] == log["commit"]
+    command = shipped["command"]
     rerun = command.split(" && ")[0].split()[2:]
     assert rerun[:4] == ["--seed", "4", "--steps", "3"]
     assert train.parse_args(rerun) == train.parse_args([*args, "--log-every", "20", "--out", "build/demo"])

@@ -69,29 +69,88 @@ SYLLABLES = ("ka", "lo", "mi", "ran", "te", "vo", "sur", "bel", "na", "dor", "qu
              "mon", "pe", "zu", "har", "lin", "co", "vet", "sa", "bru", "el", "tor", "ny", "ax", "wen", "pol")
 CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "snowy", "foggy", "clear")
 
-# Questions about clover (three phrasings each) and the one answer the model learns for them.
+# Questions about clover, each in six phrasings, and the one answer the model learns for them. The
+# last phrasing of each is held out of training (eval.py asks it to see whether the fact, not the
+# wording, was learnt).
 FACTS: tuple[tuple[tuple[str, ...], str], ...] = (
-    (("What is clover?", "What does clover do?", "Tell me about clover."),
+    (("What is clover?", "What does clover do?", "Tell me about clover.", "What is clover for?",
+      "Explain clover.", "What can clover do?"),
      "clover runs Clover block-diffusion models from GGUF files on your own machine."),
-    (("What does clover pull do?", "How do I download a model?", "How do I get a model with clover?"),
+    (("What does clover pull do?", "How do I download a model?", "How do I get a model with clover?",
+      "What is clover pull?", "How do I fetch a model?", "Where do models come from?"),
      "clover pull downloads a GGUF model from the Hugging Face Hub into the local cache."),
-    (("What does clover run do?", "How do I chat in the terminal?", "How do I start a chat?"),
+    (("What does clover run do?", "How do I chat in the terminal?", "How do I start a chat?",
+      "What is clover run?", "How do I talk to a model?", "How do I ask a model something?"),
      "clover run starts a chat with a model in the terminal."),
-    (("What does clover serve do?", "How do I start a server?", "How do I get an OpenAI API?"),
+    (("What does clover serve do?", "How do I start a server?", "How do I get an OpenAI API?",
+      "What is clover serve?", "How do I serve a model?", "How do I use a model from my app?"),
      "clover serve starts an OpenAI-compatible server with a web chat page."),
-    (("What does clover bench do?", "How do I measure speed?", "How fast is my machine?"),
+    (("What does clover bench do?", "How do I measure speed?", "How fast is my machine?",
+      "What is clover bench?", "How do I benchmark a model?", "How many tokens per second do I get?"),
      "clover bench measures prompt and generation speed in tokens per second."),
-    (("What does clover inspect do?", "Will the model fit my memory?", "What is inside a GGUF file?"),
+    (("What does clover inspect do?", "Will the model fit my memory?", "What is inside a GGUF file?",
+      "What is clover inspect?", "How do I look inside a model file?", "Does this model fit my machine?"),
      "clover inspect shows what a GGUF file holds and whether it fits your memory."),
-    (("What is block diffusion?", "How do you write an answer?", "Do you write left to right?"),
+    (("What does clover list do?", "How do I see my models?", "Which models do I have?",
+      "What is clover list?", "How do I list the downloaded models?", "What models are downloaded?"),
+     "clover list shows the models in the local cache with their sizes."),
+    (("What does clover rm do?", "How do I delete a model?", "How do I remove a model?",
+      "What is clover rm?", "How do I free disk space?", "How do I get rid of a model?"),
+     "clover rm deletes a model from the local cache."),
+    (("What does clover doctor do?", "How do I check my setup?", "Is my machine ready?",
+      "What is clover doctor?", "How do I check my computer?", "What does my machine have?"),
+     "clover doctor checks your Python, CPU, memory, GPUs and model cache."),
+    (("What is a GGUF file?", "What is GGUF?", "What format are the models in?",
+      "What is a .gguf file?", "Which file format does clover read?", "What kind of file is a model?"),
+     "A GGUF file holds a model's weights, vocabulary and settings in one file."),
+    (("What is block diffusion?", "How do you write an answer?", "Do you write left to right?",
+      "How does block diffusion work?", "How do you generate text?", "How are your answers made?"),
      "I write each block of 32 tokens from masks in a few passes, then commit it and go on."),
-    (("Who are you?", "What model are you?", "What are you?"),
+    (("Who are you?", "What model are you?", "What are you?",
+      "Which model is this?", "Are you a big model?", "Who am I talking to?"),
      "I am clover's demo model, a tiny Clover model trained for this project."),
 )
+HELD_OUT_PHRASINGS = 1  # the last phrasing of each fact (and of the greetings) is never trained
 
-GREETINGS = ("Hello!", "Hi!", "Hello, who are you?", "Hey there!")
+GREETINGS = ("Hello!", "Hi!", "Hello, who are you?", "Hey there!", "Good morning!", "Hi there!")
 GREETING_ANSWER = ("Hello! I am clover's demo model. I can add and subtract numbers, "
                    "answer questions about clover and call a weather tool.")
+
+# Questions outside what the model knows, and its one answer to them. The templates and fillers
+# make a few hundred questions; a seeded set of them is held out of training (eval.py asks them).
+REFUSAL = "I only know sums, clover's commands and two tools."
+OUT_OF_SCOPE_TEMPLATES = (
+    "What is the capital of {place}?", "Who is the president of {place}?", "What language do they speak in {place}?",
+    "Write a poem about {thing}.", "Tell me a joke about {thing}.", "Tell me a story about {thing}.",
+    "Who invented {thing}?", "How do I cook {food}?", "Is {food} healthy?", "What does {word} mean?",
+    "Translate {word} into French.", "How do you spell {word}?", "What is the history of {place}?",
+    "Recommend a book about {thing}.", "Why is {thing} important?",
+)
+OUT_OF_SCOPE_FILLERS = {
+    "place": ("France", "Japan", "Brazil", "Kenya", "Canada", "Norway", "Peru", "India", "Egypt", "Spain",
+              "Chile", "Italy", "Mexico", "Ghana"),
+    "thing": ("the sea", "cats", "the moon", "trains", "music", "love", "dogs", "the stars", "rain", "chess",
+              "bicycles", "history"),
+    "food": ("rice", "pasta", "soup", "bread", "eggs", "fish", "beans", "cake"),
+    "word": ("apple", "house", "freedom", "window", "river", "garden", "friend", "yellow"),
+}
+OUT_OF_SCOPE_FIXED = (
+    "What time is it?", "What is the meaning of life?", "Can you write Python code?", "Who won the World Cup?",
+    "What is the best phone?", "What should I eat tonight?", "How old is the universe?", "Can you sing?",
+    "What is your favourite colour?", "How tall is Mount Everest?", "Who is the richest person?",
+    "What day is it today?", "Can you help me with my homework?", "What is quantum physics?",
+)
+
+
+def out_of_scope_questions(seed: int) -> tuple[list[str], list[str]]:
+    """(training, held-out) out-of-scope questions: every template with every filler of its kind,
+    and the fixed ones, in an order and split that depend on the seed alone."""
+    questions = list(OUT_OF_SCOPE_FIXED)
+    for template in OUT_OF_SCOPE_TEMPLATES:
+        kind = template.split("{")[1].split("}")[0]
+        questions += [template.format(**{kind: filler}) for filler in OUT_OF_SCOPE_FILLERS[kind]]
+    random.Random(f"{seed}:refusal").shuffle(questions)
+    return questions[30:], sorted(questions[:30])
 
 
 @dataclass(frozen=True)
@@ -133,6 +192,7 @@ class Corpus:
     train: list[Dialogue] = field(default_factory=list)
     held_out_arithmetic: list[tuple[int, str, int]] = field(default_factory=list)
     held_out_cities: list[str] = field(default_factory=list)
+    held_out_refusals: list[str] = field(default_factory=list)
 
 
 def arithmetic_answer(a: int, op: str, b: int, result_first: bool = False) -> str:
@@ -172,6 +232,20 @@ def arithmetic_question(a: int, op: str, b: int, rng: random.Random | None = Non
     forms = ("What is {a} {op} {b}?", "Compute {a} {op} {b}.", "{a} {op} {b} = ?")
     form = forms[0] if rng is None else rng.choice(forms)
     return form.format(a=a, op=op, b=b)
+
+
+FOLLOW_UPS = ("And what is {a} {op} {b}?", "What about {a} {op} {b}?", "And {a} {op} {b}?", "Now {a} {op} {b}.",
+              "How about {a} {op} {b}?", "Next: what is {a} {op} {b}?", "And now {a} {op} {b}?")
+
+
+def follow_up_question(a: int, op: str, b: int, rng: random.Random | None = None) -> str:
+    """A later turn's sum, asked as people ask it in a chat ("And what is 20 + 5?"), or as a first
+    question is: the answer is about these numbers, never the earlier turn's."""
+    if rng is None:
+        return FOLLOW_UPS[0].format(a=a, op=op, b=b)
+    if rng.random() < 0.25:
+        return arithmetic_question(a, op, b, rng)
+    return rng.choice(FOLLOW_UPS).format(a=a, op=op, b=b)
 
 
 def weather_report(city: str, seed: int) -> dict[str, Any]:
@@ -278,29 +352,103 @@ def _qa(question: str, answer: str) -> list[dict[str, Any]]:
 
 
 def with_reasoning(messages: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    """The thinking-mode version of a dialogue: each assistant turn gets one short line of reasoning."""
-    out = []
+    """The thinking-mode version of a dialogue: each assistant turn gets one short line of reasoning,
+    chosen by what the turn answers (in a multi-turn chat, the user's last question before it)."""
+    out: list[dict[str, Any]] = []
     for m in messages:
         if m["role"] == "assistant":
-            if m.get("tool_calls"):
-                why = f"I should call {m['tool_calls'][0]['function']['name']} for this."
-            elif kind in ("weather", "calculator"):
-                why = "The tool returned the result; I report it."
-            elif kind == "arithmetic":
-                why = "I work it out digit by digit."
-            elif kind == "echo":
-                why = "I repeat the words in order."
-            else:
-                why = "I answer from what I know about clover."
-            m = {**m, "reasoning_content": why}
+            m = {**m, "reasoning_content": _why(m, out, kind)}
         out.append(m)
     return out
 
 
+def _why(turn: dict[str, Any], before: list[dict[str, Any]], kind: str) -> str:
+    if turn.get("tool_calls"):
+        return f"I should call {turn['tool_calls'][0]['function']['name']} for this."
+    if before and before[-1]["role"] == "tool":
+        return "The tool returned the result; I report it."
+    if kind == "echo":
+        return "I repeat the words in order."
+    if turn["content"] == REFUSAL:
+        return "That is not something I know."
+    if turn["content"].endswith(".") and (" = " in turn["content"]):
+        return "I work it out digit by digit."
+    return "I answer from what I know about clover."
+
+
+CHAT_SHAPES: tuple[tuple[str, ...], ...] = (
+    ("sum", "sum"), ("sum", "sum"), ("sum", "sum"), ("sum", "sum"), ("sum", "sum", "sum"), ("sum", "sum", "sum"),
+    ("sum", "sum", "sum"), ("fact", "sum"), ("greeting", "sum"), ("weather", "sum"), ("calculator", "sum"),
+    ("refusal", "sum"), ("sum", "fact"), ("sum", "fact"), ("sum", "sum", "fact"), ("greeting", "fact"),
+    ("fact", "fact"), ("sum", "refusal"), ("fact", "refusal"), ("sum", "weather"), ("sum", "weather"),
+    ("fact", "weather"), ("greeting", "weather"),
+)
+"""The turns of the multi-turn chats, one shape drawn per chat: a sum after a sum (the most, as the
+model must learn to answer the last question, not the first), after a fact, a greeting, a refusal
+or a tool round trip; a fact or a refusal after chat; a weather call after chat. Only the last
+turn is trained (`segments`); the earlier ones are what the model reads."""
+
+CHAT_KINDS = {"sum": "followup", "fact": "chat", "greeting": "chat", "refusal": "refusal", "weather": "weather"}
+
+
+@dataclass
+class TurnMaker:
+    """Draws the turns of multi-turn chats: sums from the training pairs, facts and refusals in
+    their trained phrasings, weather round trips about training cities (in earlier turns) or
+    invented names (in the last, as the single-turn weather dialogues)."""
+
+    rng: random.Random
+    names: random.Random
+    seed: int
+    pairs: list[tuple[int, str, int]]
+    refusals: list[str]
+    cities: list[str]
+    pieces: Sequence[str]
+    plain_reports: bool
+    sky_pieces: bool
+
+    def turn(self, what: str, later: bool, last: bool) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
+        """The messages of one turn (user first, no system prompt) and the place names in it."""
+        rng = self.rng
+        if what == "sum":
+            a, op, b = rng.choice(self.pairs)
+            question = follow_up_question(a, op, b, rng) if later else arithmetic_question(a, op, b, rng)
+            return _qa(question, arithmetic_answer(a, op, b))[1:], ()
+        if what == "fact":
+            questions, answer = rng.choice(FACTS)
+            return _qa(rng.choice(questions[:-HELD_OUT_PHRASINGS]), answer)[1:], ()
+        if what == "greeting":
+            return _qa(rng.choice(GREETINGS[:-HELD_OUT_PHRASINGS]), GREETING_ANSWER)[1:], ()
+        if what == "refusal":
+            return _qa(rng.choice(self.refusals), REFUSAL)[1:], ()
+        if what == "calculator":
+            return calculator_dialogue(rng.randint(12, 999), rng.randint(12, 999))[1:], ()
+        city = invented_city(self.names, self.pieces) if last else rng.choice(self.cities)
+        unit = rng.choice((None, None, "celsius", "fahrenheit"))
+        return (weather_dialogue(city, unit, self.seed, self.plain_reports)[1:],
+                weather_names(city, self.seed, self.sky_pieces))
+
+    def chat(self) -> Dialogue:
+        shape = self.rng.choice(CHAT_SHAPES)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}]
+        names: tuple[str, ...] = ()
+        for k, what in enumerate(shape):
+            turn, turn_names = self.turn(what, k > 0, k + 1 == len(shape))
+            messages += turn
+            names += turn_names
+        tools = TOOLS if {"weather", "calculator"} & set(shape) else None
+        return dialogue(CHAT_KINDS[shape[-1]], messages, tools, self.rng, names=names)
+
+
 def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fraction: float = 0.05,
                 repeats: int = 20, pieces: Sequence[str] = (), echoes: int = 0,
-                result_first: bool = False, plain_reports: bool = True, sky_pieces: bool = False) -> Corpus:
-    """All dialogues for one seed. Held-out arithmetic pairs and cities never appear in training.
+                result_first: bool = False, plain_reports: bool = True, sky_pieces: bool = False,
+                chats: int = 150, refusals: int = 10, fact_draws: int = 4) -> Corpus:
+    """All dialogues for one seed. Held-out arithmetic pairs, cities, fact phrasings and
+    out-of-scope questions never appear in training.
+
+    Each repeat holds `fact_draws` questions per fact and greetings (in their trained phrasings), `refusals`
+    out-of-scope questions answered with REFUSAL, and `chats` multi-turn chats (CHAT_SHAPES).
 
     With `sky_pieces` the weather's sky word is cut out of the vocabulary's text like the city
     (`weather_names`).
@@ -325,10 +473,19 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
     cities = list(CITIES)
     random.Random(f"{seed}:cities").shuffle(cities)  # the held-out cities depend on the seed alone
     corpus.held_out_cities = sorted(cities[:10])
+    trained_refusals, corpus.held_out_refusals = out_of_scope_questions(seed)
+    turns = TurnMaker(rng, names, seed, pairs[n_held:], trained_refusals, cities[10:], pieces, plain_reports,
+                      sky_pieces)
     for r in range(repeats):
         for questions, answer in FACTS:
-            corpus.train.append(dialogue("fact", _qa(rng.choice(questions), answer), None, rng))
-        corpus.train.append(dialogue("greeting", _qa(rng.choice(GREETINGS), GREETING_ANSWER), None, rng))
+            for _ in range(fact_draws):
+                question = rng.choice(questions[:-HELD_OUT_PHRASINGS])
+                corpus.train.append(dialogue("fact", _qa(question, answer), None, rng))
+        for _ in range(fact_draws):
+            greeting = rng.choice(GREETINGS[:-HELD_OUT_PHRASINGS])
+            corpus.train.append(dialogue("greeting", _qa(greeting, GREETING_ANSWER), None, rng))
+        for _ in range(refusals):
+            corpus.train.append(dialogue("refusal", _qa(rng.choice(trained_refusals), REFUSAL), None, rng))
         for city in weather_cities(cities[10:], r, names, pieces):
             unit = rng.choice((None, None, "celsius", "fahrenheit"))
             corpus.train.append(dialogue("weather", weather_dialogue(city, unit, seed, plain_reports), TOOLS, rng,
@@ -336,6 +493,7 @@ def make_corpus(seed: int = 0, *, arithmetic_pairs: int = 6000, held_out_fractio
         for _ in range(5):
             a, b = rng.randint(12, 999), rng.randint(12, 999)
             corpus.train.append(dialogue("calculator", calculator_dialogue(a, b), TOOLS, rng))
+        corpus.train.extend(turns.chat() for _ in range(chats))
         corpus.train.extend(echo(echo_rng, pieces) for _ in range(echoes))
     rng.shuffle(corpus.train)
     return corpus
@@ -359,12 +517,16 @@ def segments(dialogue: Dialogue, template: ChatTemplate | None = None) -> Iterat
     """The rendered dialogue as (text, is_assistant) pieces whose concatenation is the full render.
 
     Each assistant piece is what the model generates after the template's generation prompt,
-    through `<|im_end|>`; everything else is context."""
+    through `<|im_end|>`; everything else is context. In a multi-turn chat only the turns after
+    the user's last message are assistant pieces: the template renders earlier turns differently
+    once a user message follows (without their thinking block), so they are context, exactly as
+    the model reads them when it answers the last question."""
     template = template or qwen36_template()
     kwargs = {"enable_thinking": dialogue.think}
+    last_user = max(k for k, m in enumerate(dialogue.messages) if m["role"] == "user")
     done = ""
     for k, message in enumerate(dialogue.messages):
-        if message["role"] != "assistant":
+        if message["role"] != "assistant" or k < last_user:
             continue
         prompt = template.render(dialogue.messages[:k], tools=dialogue.tools, add_generation_prompt=True, **kwargs)
         full = template.render(dialogue.messages[:k + 1], tools=dialogue.tools, add_generation_prompt=False, **kwargs)
@@ -374,3 +536,9 @@ def segments(dialogue: Dialogue, template: ChatTemplate | None = None) -> Iterat
         yield prompt[len(done):], False
         yield full[len(prompt):end], True
         done = full[:end]
+
+
+def trained_turns(dialogue: Dialogue) -> list[dict[str, Any]]:
+    """The assistant messages `segments` marks as assistant pieces: those after the last user message."""
+    last_user = max(k for k, m in enumerate(dialogue.messages) if m["role"] == "user")
+    return [m for m in dialogue.messages[last_user:] if m["role"] == "assistant"]

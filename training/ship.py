@@ -3,9 +3,9 @@
     python training/ship.py build/demo
 
 copies OUT/demo-Q8_0.gguf to runtime/demo/clover-demo-Q8_0.gguf (what `demo` names) and writes
-training/demo-manifest.json: the command that reproduces the file, the seed and step count, the
-training time, the file's size and sha256 (tests/test_demo_model.py checks the shipped file
-against it). Needs no torch.
+training/demo-manifest.json: the command that reproduces the file and the commit whose training/
+it ran (a later corpus trains another file), the seed and step count, the training time, the
+file's size and sha256 (tests/test_demo_model.py checks the shipped file against it). Needs no torch.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def manifest(out: Path, shipped: Path) -> dict:
         "command": " ".join(["python training/train.py", f"--seed {args['seed']}",
                              f"--steps {log.get('main_steps', log['steps'])}", *log.get("recipe", []),
                              f"--threads {args['threads']}", "--out build/demo && python training/ship.py build/demo"]),
+        "training_commit": log.get("commit"),
         "final_losses": {k: last[k] for k in ("ar", "diffusion", "balance") if k in last},
     }
 

@@ -15,6 +15,7 @@ import argparse
 import json
 import math
 import random
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -66,8 +67,9 @@ def weighted(prompt: str, reply: str, calls: bool) -> bool:
 
 
 def answers_a_tool(prompt: str) -> bool:
-    """Whether the assistant text after this prompt piece answers a tool's result."""
-    return "<tool_response>" in prompt
+    """Whether the assistant text after this prompt piece answers a tool's result: the prompt's
+    last user turn is a tool response (an earlier round trip in a chat's history does not count)."""
+    return "<tool_response>" in prompt[prompt.rfind("<|im_start|>user"):]
 
 
 def calls_a_tool(reply: str) -> bool:
@@ -228,6 +230,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "sky is one token in a thousand, and unweighted the model answered one sky for all")
     p.add_argument("--weight-tool-calls", action=argparse.BooleanOptionalAction, default=False,
                    help="the tool calls count --tool-answer-weight times too, not only the answers to their results")
+    p.add_argument("--chats", type=int, default=150,
+                   help="multi-turn chats per corpus repeat (follow-up sums, a fact or a tool call after chat)")
+    p.add_argument("--refusals", type=int, default=10, help="out-of-scope questions per corpus repeat")
+    p.add_argument("--fact-draws", type=int, default=4, help="questions per fact (and greetings) per corpus repeat")
     p.add_argument("--result-first", action=argparse.BooleanOptionalAction, default=False,
                    help="arithmetic answers state the result before the worked steps")
     return p.parse_args(argv)
@@ -246,6 +252,19 @@ def recipe_flags(args: argparse.Namespace) -> list[str]:
     return flags
 
 
+def source_commit() -> str | None:
+    """The commit whose training/ this run uses (with "+dirty" when training/ has uncommitted
+    changes), so that the manifest's command names the code it reproduces with; None outside git."""
+    root = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=root, capture_output=True,
+                               text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -253,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     sizes = {"arithmetic_pairs": args.arithmetic_pairs, "repeats": args.repeats, "echoes": args.echoes,
-             "result_first": args.result_first, "plain_reports": args.plain_reports, "sky_pieces": args.sky_pieces}
+             "result_first": args.result_first, "plain_reports": args.plain_reports, "sky_pieces": args.sky_pieces,
+             "chats": args.chats, "refusals": args.refusals, "fact_draws": args.fact_draws}
     corpus = demo_corpus.make_corpus(args.seed, **sizes)
     tok = demo_vocab.train_tokenizer(demo_corpus.vocabulary_texts(corpus.train), args.vocab_size)
     arrays = demo_vocab.vocab_arrays(tok)
@@ -295,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "tokenizer.json").write_text(tok.to_str(), encoding="utf-8")
     (args.out / "train-log.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                          "steps": step, "main_steps": main_steps,
+                                                         "commit": source_commit(),
                                                          "recipe": recipe_flags(args), "seconds": round(elapsed),
                                                          "log": log}, indent=1), encoding="utf-8")
     for quant in ("F16", "Q8_0"):
