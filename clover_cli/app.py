@@ -132,7 +132,9 @@ def main() -> None:
     except CloverError as exc:
         if debug:
             raise
-        console.print_error(exc.message, exc.hint)
+        from .advice import hint_for
+
+        console.print_error(exc.message, hint_for(exc))
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)

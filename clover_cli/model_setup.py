@@ -25,16 +25,11 @@ def resolve(model: str | None, *, file: str | None = None, offline: bool = False
     """The runtime's one resolver (a local path as is, the cache, else a download) with its progress
     drawn on stderr."""
     from clover_runtime.hub import resolve_model
-    from clover_runtime.hub.resolve import NotCached
 
     from .hub_progress import HubProgress
 
-    try:
-        with HubProgress() as progress:
-            return resolve_model(model, file=file, offline=offline, token=token, reporter=progress)
-    except NotCached as exc:  # no network and nothing cached: the model that ships with clover still runs
-        raise NotCached(exc.message, f"{exc.hint}; or try the model that ships with clover: "
-                                     f'clover run demo "What is 48 + 36?"') from None
+    with HubProgress() as progress:  # a model neither cached nor reachable: `advice` words the way out
+        return resolve_model(model, file=file, offline=offline, token=token, reporter=progress)
 
 
 def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: bool = False, file: str | None = None,

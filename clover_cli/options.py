@@ -94,7 +94,7 @@ def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str,
 def _no_gpu(request: Any) -> str | None:
     """Why `request` cannot put layers on a GPU here (no torch, a broken torch, no device), or None
     when it can."""
-    from clover_runtime.errors import CloverError
+    from clover_runtime.errors import CloverError, NoGpu
     from clover_runtime.torch_backend import require_torch
 
     try:
@@ -105,8 +105,8 @@ def _no_gpu(request: Any) -> str | None:
 
     try:
         request_device(request)
-    except CloverError as exc:
-        if "CUDA build" in (exc.hint or ""):  # a CPU-only torch beside an NVIDIA GPU: say how to fix it
+    except NoGpu as exc:
+        if exc.cpu_torch is not None:  # a CPU-only torch beside an NVIDIA GPU: say how to fix it
             return f"{exc.message.removeprefix('-ngl: ')}; {exc.hint}"
-        return "no GPU found (torch sees no CUDA device)"
+        return exc.message.removeprefix("-ngl: ")
     return None

@@ -33,3 +33,16 @@ class HubError(CloverError):
 
 class TemplateError(CloverError):
     """A chat template that failed to render; the message names the template line."""
+
+
+class NoMaskToken(CloverError):
+    """Block diffusion was asked of a file without a mask token (AR still works)."""
+
+
+class NoGpu(CloverError):
+    """GPU offload was asked for and no device can take it; `cpu_torch` names a CPU-only torch build
+    installed beside an NVIDIA GPU (None otherwise)."""
+
+    def __init__(self, message: str, cpu_torch: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.cpu_torch = cpu_torch

@@ -15,6 +15,8 @@ from hub_helpers import blobs, error_line, pulled_path, run_clover, split_model
 from hub_server import HubServer
 from synth_models import tiny_model_path
 
+from clover_cli.advice import hint_for
+
 TINY, SPLIT = "acme/Tiny-GGUF", "acme/Split-GGUF"
 
 
@@ -128,7 +130,8 @@ def test_python_api(hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert resolve_model(str(local)) == local
     with pytest.raises(HubError) as err:
         resolve_model(f"{TINY}:Q8_0", download=False)
-    assert (err.value.message, err.value.hint) == (f"{TINY}:Q8_0 is not downloaded yet", f"clover pull {TINY}:Q8_0")
+    assert (err.value.message, err.value.why) == (f"{TINY}:Q8_0 is not downloaded yet", "not_downloaded")
+    assert f"download it first with: clover pull {TINY}:Q8_0" in hint_for(err.value)  # the CLI words the fact
     split = remote_header(f"{SPLIT}:F32")
     with open_gguf(hub.state.repos[SPLIT]["F32/Split-F32-00001-of-00003.gguf"].data_path) as whole:
         assert split.tensors == whole.tensors

@@ -14,6 +14,8 @@ from clover_runtime.errors import HubError, ModelFileError
 from hub_server import HubServer
 from synth_models import tiny_model_path
 
+from clover_cli.advice import hint_for
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "acme/Tiny-GGUF"
 
@@ -137,7 +139,8 @@ def test_load_model_never_touches_the_network(tmp_path: Path, monkeypatch: pytes
         with pytest.raises(HubError) as err:
             load_model(f"{TINY}:Q8_0")
         assert time.monotonic() - start < 2
-        assert (err.value.message, err.value.hint) == (f"{TINY}:Q8_0 is not downloaded yet", f"clover pull {TINY}:Q8_0")
+        assert (err.value.message, err.value.why) == (f"{TINY}:Q8_0 is not downloaded yet", "not_downloaded")
+        assert f"download it first with: clover pull {TINY}:Q8_0" in hint_for(err.value)  # the CLI words the fact
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected
 
@@ -151,3 +154,22 @@ def test_download_progress_follows_no_color(monkeypatch: pytest.MonkeyPatch) -> 
     assert not HubProgress().console.no_color
     console.set_options(verbose=False, no_color=True)
     assert HubProgress().console.no_color
+
+
+def test_the_hub_decoding_and_gpu_layers_raise_facts_not_command_lines() -> None:
+    """`clover pull`, `--decode ar` and `--device …` are the CLI's words (clover_cli/advice.py): the
+    runtime's errors carry which model is missing and why, or what the file or machine lacks."""
+    import ast
+
+    words = ("clover pull", "--decode", "--device", "clover run")
+    found = []
+    for folder in ("hub", "decoding", "torch_backend"):
+        for path in sorted((ROOT / "runtime" / folder).glob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                          if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                          and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                    found += [f"{path.name}: {w}" for w in words if w in node.value]
+    assert found == []

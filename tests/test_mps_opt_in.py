@@ -57,10 +57,12 @@ def test_an_explicit_ngl_on_a_mac_points_at_device_mps(mac: None) -> None:
     from clover_runtime.offload import OffloadRequest
     from clover_runtime.torch_backend import group
 
+    from clover_cli.advice import hint_for
+
     with pytest.raises(CloverError) as err:
         group.request_device(OffloadRequest(n_gpu_layers=99))
     assert err.value.message == "-ngl: no GPU found (torch sees no CUDA device)"
-    assert "--device mps opts in" in (err.value.hint or "")
+    assert err.value.cpu_torch is None and "--device mps opts in" in (hint_for(err.value) or "")  # the CLI's words
     info = group.request_device(OffloadRequest(n_gpu_layers=99, device="mps"))
     assert info is not None and info.device.type == "mps"
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CloverError, ContextLengthError
+from ..errors import CloverError, ContextLengthError, NoMaskToken
 from ..model_config import supports_exact_diffusion
 from . import calibration, policy
 from .auto import AutoDecode, Costs, describe
@@ -48,8 +48,7 @@ def _verified(params: DecodeParams) -> bool:
 def _mask_id(model: Any, params: DecodeParams) -> int:
     mask = params.mask_token_id if params.mask_token_id is not None else model.config.diffusion.mask_token_id
     if mask is None:
-        raise CloverError("block diffusion needs a mask token: the file has no tokenizer.ggml.mask_token_id",
-                          hint="use --decode ar, or pass a mask token id")
+        raise NoMaskToken("block diffusion needs a mask token: the file has no tokenizer.ggml.mask_token_id")
     return int(mask)
 
 

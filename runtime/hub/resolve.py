@@ -83,20 +83,26 @@ def _as_ref(ref_or_text: str | ModelRef | None, file: str | None) -> ModelRef:
 
 
 class NotCached(HubError):
-    """The model is in neither the cache nor reach: offline, or the Hub cannot be reached."""
+    """The model is not in the cache and was not fetched: `why` is "offline", "unreachable" (the Hub
+    cannot be reached) or "not_downloaded" (a caller that never downloads). The facts a front end
+    words into advice (`clover pull`, the demo)."""
+
+    def __init__(self, message: str, ref: ModelRef, why: str, hint: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.ref, self.why = ref, why
 
 
 def offline_miss(ref: ModelRef) -> HubError:
-    return NotCached(f"required file is not available in cache (offline mode): {ref}",
-                    hint=f"the cache is {cache_root()}; download it first with: clover pull {ref}")
+    return NotCached(f"required file is not available in cache (offline mode): {ref}", ref, "offline",
+                     hint=f"the cache is {cache_root()}")
 
 
 def unreachable(ref: ModelRef, reason: str, timed_out: bool = False) -> HubError:
     hint = "check the network connection, proxy settings or HF_ENDPOINT"
     if timed_out:
         hint += "; on a slow link wait longer with HF_HUB_ETAG_TIMEOUT=60"
-    return NotCached(f"cannot reach the Hub at {endpoint()} ({reason}); no cached copy of {ref} exists",
-                    hint=hint)
+    return NotCached(f"cannot reach the Hub at {endpoint()} ({reason}); no cached copy of {ref} exists", ref,
+                     "unreachable", hint=hint)
 
 
 def plan(ref: ModelRef, token: str | None = None) -> Plan:
@@ -182,7 +188,7 @@ def resolve_model(ref_or_text: str | Path | ModelRef | None = None, *, file: str
         if cached is not None:
             return cached
         if not download:
-            raise HubError(f"{ref} is not downloaded yet", hint=f"clover pull {ref}")
+            raise NotCached(f"{ref} is not downloaded yet", ref, "not_downloaded")
     bar = reporter or Silent()
     try:
         p = plan(ref, token)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import CloverError
+from ..errors import NoGpu
 from ..gguf_file import GGUFModelFile
 from ..memory_fit import estimate, layer_state_bytes
 from ..model_config import ModelConfig
@@ -76,12 +76,11 @@ def request_device(request: OffloadRequest) -> DeviceInfo | None:
     if info is None:
         from . import CUDA_TORCH_INSTALL, cpu_only_build
 
-        if cpu_only_build() is not None and gpu_likely():
-            raise CloverError(f"-ngl: torch {cpu_only_build()} is a CPU-only build, so it cannot use the NVIDIA GPU",
-                              f"install the CUDA build: {CUDA_TORCH_INSTALL}")
-        raise CloverError("-ngl: no GPU found (torch sees no CUDA device)",
-                          "--device mps opts in to Apple's GPU (experimental); "
-                          "--device cpu runs the torch backend on the CPU")
+        cpu_torch = cpu_only_build() if gpu_likely() else None
+        if cpu_torch is not None:
+            raise NoGpu(f"-ngl: torch {cpu_torch} is a CPU-only build, so it cannot use the NVIDIA GPU", cpu_torch,
+                        f"install the CUDA build: {CUDA_TORCH_INSTALL}")
+        raise NoGpu("-ngl: no GPU found (torch sees no CUDA device)")
     return info
 
 
