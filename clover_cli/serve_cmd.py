@@ -359,7 +359,7 @@ def _foreground(opts: ServeOptions) -> None:
                      "can use the model (set --api-key)")
     token = service.new_token()
     settings = ServerSettings(
-        model_id=prep.model_id, model_path=str(prep.path), n_ctx=prep.n_ctx, n_parallel=opts.parallel,
+        model_id=prep.model_id, model_path=str(prep.path), n_ctx_slot=prep.per_seq, n_parallel=opts.parallel,
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
         timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,

@@ -25,14 +25,14 @@ __all__ = ["ANSWER", "ARGS", "CALL", "KEY", "QUESTION", "REASONING", "WEATHER_SC
 @contextmanager
 def tool_server() -> Iterator[LiveServer]:
     model = fixed_reply_model(CALL, reasoning=REASONING, after_tool=ANSWER)
-    with live_server(chat_factory(model, 2048), model_id="tool-model", n_ctx=2048, api_keys=(KEY,)) as live:
+    with live_server(chat_factory(model, 2048), model_id="tool-model", n_ctx_slot=2048, api_keys=(KEY,)) as live:
         yield live
 
 
 @contextmanager
 def demo_server() -> Iterator[LiveServer]:
     """`clover serve demo`'s app over the shipped demo model (what test_demo_tools serves)."""
-    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx_slot=2048) as live:
         yield live
 
 

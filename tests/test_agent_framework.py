@@ -26,7 +26,7 @@ MODEL = "clover-agent"
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(CALL, after_tool=ANSWER)
-    with live_server(chat_factory(model, 2048), model_id=MODEL, n_ctx=2048) as live:
+    with live_server(chat_factory(model, 2048), model_id=MODEL, n_ctx_slot=2048) as live:
         yield live
 
 

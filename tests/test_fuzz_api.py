@@ -39,7 +39,7 @@ MAX_TOKENS_SAFE = {"max_tokens", "max_completion_tokens", "n_predict"}
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     path = tiny_model(tmp_path_factory.mktemp("fuzz-api"))
-    with live_server(chat_factory(path, 256), n_ctx=256, header_timeout_s=2.0, body_timeout_s=2.0) as server:
+    with live_server(chat_factory(path, 256), n_ctx_slot=256, header_timeout_s=2.0, body_timeout_s=2.0) as server:
         yield server
 
 

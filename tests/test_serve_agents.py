@@ -37,7 +37,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(ANSWER, reasoning=REASONING)
-    with live_server(chat_factory(model, N_CTX // N_PARALLEL), model_id=MODEL, n_ctx=N_CTX,
+    with live_server(chat_factory(model, N_CTX // N_PARALLEL), model_id=MODEL, n_ctx_slot=N_CTX // N_PARALLEL,
                      n_parallel=N_PARALLEL) as live:
         yield live
 

@@ -22,8 +22,8 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_path):
-    with live_server(chat_factory(model_path, N_CTX // N_PARALLEL), model_id="tiny-test", n_ctx=N_CTX,
-                     n_parallel=N_PARALLEL, model_path=str(model_path)) as live:
+    with live_server(chat_factory(model_path, N_CTX // N_PARALLEL), model_id="tiny-test",
+                     n_ctx_slot=N_CTX // N_PARALLEL, n_parallel=N_PARALLEL, model_path=str(model_path)) as live:
         yield live
 
 
@@ -276,7 +276,7 @@ def test_health_is_503_while_loading(model_path):
         gate.wait(30)
         return load()
 
-    with live_server(slow_load, wait_loaded=False, n_ctx=256) as live, live.client() as c:
+    with live_server(slow_load, wait_loaded=False, n_ctx_slot=256) as live, live.client() as c:
         r = c.get("/health")
         assert r.status_code == 503
         assert r.json() == {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}

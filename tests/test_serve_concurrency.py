@@ -28,7 +28,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def server(model):
-    with live_server(chat_factory(model, N_CTX), n_ctx=N_CTX, n_parallel=1, max_queue=1) as live:
+    with live_server(chat_factory(model, N_CTX), n_ctx_slot=N_CTX, n_parallel=1, max_queue=1) as live:
         yield live
 
 
@@ -125,7 +125,7 @@ def test_failures_do_not_take_the_server_down(server):
 
 
 def test_request_timeout(model):
-    with live_server(chat_factory(model, 4096), n_ctx=4096, timeout_s=1.0) as live, live.client() as c:
+    with live_server(chat_factory(model, 4096), n_ctx_slot=4096, timeout_s=1.0) as live, live.client() as c:
         t0 = time.monotonic()
         r = c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 4000})
         assert r.status_code == 504 and time.monotonic() - t0 < 10
@@ -142,7 +142,7 @@ def test_request_timeout(model):
 def test_clients_that_left_the_queue_free_their_places(model):
     """A request whose client disconnected while it waited for a slot leaves the line at once, so live
     requests within --max-queue are admitted instead of 503."""
-    with live_server(chat_factory(model, N_CTX), n_ctx=N_CTX, n_parallel=1, max_queue=2) as live, \
+    with live_server(chat_factory(model, N_CTX), n_ctx_slot=N_CTX, n_parallel=1, max_queue=2) as live, \
             live.client() as c, live.client() as streamer, \
             streamer.stream("POST", "/v1/chat/completions", json={**CHAT, "max_tokens": FOREVER, "stream": True}) as r:
         lines = r.iter_lines()

@@ -16,7 +16,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def live(model_path):
-    with live_server(chat_factory(model_path, 256), n_ctx=256) as server:
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256) as server:
         yield server
 
 
@@ -60,18 +60,18 @@ def test_local_hosts_and_same_origin_are_served(live, host):
 
 
 def test_allowed_hosts_widen_and_star_disables(model_path):
-    with live_server(chat_factory(model_path, 256), n_ctx=256, allowed_hosts=("box.lan",)) as server, \
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, allowed_hosts=("box.lan",)) as server, \
             server.client() as c:
         assert c.get("/props", headers={"Host": f"box.lan:{server.port}"}).status_code == 200
         assert c.get("/props", headers={"Host": f"other.lan:{server.port}"}).status_code == 403
-    with live_server(chat_factory(model_path, 256), n_ctx=256, allowed_hosts=("*",)) as server, \
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, allowed_hosts=("*",)) as server, \
             server.client() as c:
         assert c.get("/props", headers={"Host": "anything.example"}).status_code == 200
 
 
 def test_network_bind_does_not_check_host(model_path):
     """0.0.0.0 is reached under names we cannot know (the CLI warns when it has no API key)."""
-    with live_server(chat_factory(model_path, 256), n_ctx=256, host="0.0.0.0") as server, server.client() as c:
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, host="0.0.0.0") as server, server.client() as c:
         assert c.get("/props", headers={"Host": f"192.168.1.9:{server.port}"}).status_code == 200
 
 
@@ -218,7 +218,7 @@ def test_slow_headers_time_out_and_health_answers_meanwhile(model_path):
     import socket
     import time
 
-    with live_server(chat_factory(model_path, 256), n_ctx=256, header_timeout_s=1.5) as server:
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, header_timeout_s=1.5) as server:
         slow = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(50)]
         try:
             for s in slow:
@@ -245,7 +245,7 @@ def test_connection_cap(model_path):
     import socket
     import time
 
-    with live_server(chat_factory(model_path, 256), n_ctx=256, header_timeout_s=1.5, max_connections=8) as server:
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, header_timeout_s=1.5, max_connections=8) as server:
         idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(8)]
         try:
             time.sleep(0.2)
@@ -266,7 +266,7 @@ def test_slow_body_times_out(model_path):
     import socket
     import time
 
-    with live_server(chat_factory(model_path, 256), n_ctx=256, body_timeout_s=1.0) as server, \
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, body_timeout_s=1.0) as server, \
             socket.create_connection(("127.0.0.1", server.port)) as s:
         t0 = time.monotonic()
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"

@@ -22,7 +22,8 @@ NO_THINKING = {"enable_thinking": False}
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(CALL, after_tool=ANSWER)
-    with live_server(chat_factory(model, 2048), model_id="m", n_ctx=4096, n_parallel=2, slots_verbose=True) as live:
+    with live_server(chat_factory(model, 2048), model_id="m", n_ctx_slot=2048, n_parallel=2,
+                     slots_verbose=True) as live:
         yield live
 
 
@@ -137,7 +138,7 @@ def test_slot_save_restore_erase(server, tmp_path) -> None:  # noqa: ANN001
         assert off.status_code == 501 and "--slot-save-path" in off.json()["error"]["message"]
     model = fixed_reply_model(CALL, after_tool=ANSWER)
     conv = [{"role": "system", "content": "Saved slot. " * 30}, {"role": "user", "content": "Weather in Paris?"}]
-    with live_server(chat_factory(model, 2048), model_id="m", n_ctx=2048, slot_save_path=str(tmp_path)) as live:
+    with live_server(chat_factory(model, 2048), model_id="m", n_ctx_slot=2048, slot_save_path=str(tmp_path)) as live:
         client = live.openai()
         _ask(client, conv)
         live.wait_idle()

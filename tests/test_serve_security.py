@@ -17,7 +17,7 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def keyed(model_path):
-    with live_server(chat_factory(model_path, 256), n_ctx=256, api_keys=KEYS,
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, api_keys=KEYS,
                      max_body_bytes=64 * 1024) as live:
         yield live
 
@@ -85,7 +85,7 @@ def test_cors_preflight_is_not_authenticated_and_localhost_only(keyed):
 
 
 def test_cors_origins_widen_the_list(model_path):
-    widened = live_server(chat_factory(model_path, 256), n_ctx=256, cors_origins=("https://app.example",))
+    widened = live_server(chat_factory(model_path, 256), n_ctx_slot=256, cors_origins=("https://app.example",))
     with widened as live, live.client() as c:
         pre = {"Access-Control-Request-Method": "POST"}
         ok = c.options("/v1/chat/completions", headers={"Origin": "https://app.example", **pre})
@@ -115,7 +115,7 @@ def test_oversize_body_is_413(keyed):
 
 
 def test_no_webui(model_path):
-    with live_server(chat_factory(model_path, 256), n_ctx=256, webui=False) as live, live.client() as c:
+    with live_server(chat_factory(model_path, 256), n_ctx_slot=256, webui=False) as live, live.client() as c:
         r = c.get("/")
         assert r.status_code == 404 and "--no-webui" in r.json()["error"]["message"]
         assert c.get("/health").status_code == 200
@@ -141,8 +141,8 @@ def test_error_bodies_show_no_server_folders(tmp_path):
     (slots / "taken").mkdir()  # saving to this name cannot write a file
     model = tiny_model(folder)
     answers = []
-    with live_server(chat_factory(model, 256), n_ctx=256, model_path=str(model), slot_save_path=str(slots)) as live, \
-            live.client() as c:
+    with live_server(chat_factory(model, 256), n_ctx_slot=256, model_path=str(model),
+                     slot_save_path=str(slots)) as live, live.client() as c:
         assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
         assert c.post("/slots/0?action=save", json={"filename": "good.bin"}).status_code == 200
         whole = (slots / "good.bin").read_bytes()
@@ -151,7 +151,7 @@ def test_error_bodies_show_no_server_folders(tmp_path):
             answers.append((name, c.post(f"/slots/0?action={action}", json={"filename": name})))
     broken = folder / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
-    with live_server(chat_factory(broken, 256), wait_loaded=False, n_ctx=256, model_path=str(broken)) as live, \
+    with live_server(chat_factory(broken, 256), wait_loaded=False, n_ctx_slot=256, model_path=str(broken)) as live, \
             live.client() as c:
         assert live.state.loaded.wait(60) and live.state.load_error
         answers.append(("broken.gguf", c.post("/v1/chat/completions", json=CHAT)))

@@ -43,7 +43,7 @@ class Weather(BaseModel):
 
 @pytest.fixture(scope="module")
 def server():  # noqa: ANN201
-    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx_slot=2048) as live:
         yield live
 
 
@@ -169,7 +169,7 @@ def test_langchain_json_mode(json_server) -> None:  # noqa: ANN001
 @pytest.fixture(scope="module")
 def json_server():  # noqa: ANN201
     model = fixed_reply_model(json.dumps(JSON_REPLY))
-    with live_server(chat_factory(model, 2048), model_id="json", n_ctx=2048) as live:
+    with live_server(chat_factory(model, 2048), model_id="json", n_ctx_slot=2048) as live:
         yield live
 
 

@@ -25,7 +25,7 @@ NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(CALL, reasoning=REASONING, after_tool=ANSWER)
-    with live_server(chat_factory(model, 2048), model_id="tool-model", n_ctx=2048) as live:
+    with live_server(chat_factory(model, 2048), model_id="tool-model", n_ctx_slot=2048) as live:
         yield live
 
 

@@ -35,7 +35,7 @@ WATCH = """() => {
 @pytest.fixture(scope="module")
 def server():
     model = fixed_reply_model(REPLY, reasoning=REASONING)
-    with live_server(chat_factory(model, 1024), model_id="clover-webui-test", n_ctx=1024) as live:
+    with live_server(chat_factory(model, 1024), model_id="clover-webui-test", n_ctx_slot=1024) as live:
         yield live
 
 
@@ -130,7 +130,7 @@ def test_reasoning_is_collapsible(server, browser):
 
 
 def test_stop_button_cancels_the_generation(browser):
-    with live_server(chat_factory(fixed_reply_model("tick tock, ", endless=True), 8192), n_ctx=8192) as live:
+    with live_server(chat_factory(fixed_reply_model("tick tock, ", endless=True), 8192), n_ctx_slot=8192) as live:
         page = browser.new_page()
         page.goto(live.url("/"))
         page.wait_for_selector("#status-dot.ok", timeout=20_000)
@@ -151,7 +151,7 @@ def test_stop_button_cancels_the_generation(browser):
 
 
 def test_page_asks_for_the_api_key(browser):
-    with live_server(chat_factory(fixed_reply_model(REPLY, reasoning=REASONING), 512), n_ctx=512,
+    with live_server(chat_factory(fixed_reply_model(REPLY, reasoning=REASONING), 512), n_ctx_slot=512,
                      api_keys=("page-key",)) as live:
         page = browser.new_page()
         page.goto(live.url("/"))
@@ -233,7 +233,7 @@ def test_page_fits_a_390px_screen(server, browser, tmp_path):
 def test_page_shows_the_demo_models_answer(browser, tmp_path):
     """The shipped demo model behind the page answers a sum (block diffusion, thinking off). This
     is the README's screenshot: `CLOVER_SCREENSHOT_DIR=docs` writes docs/serve-page.png."""
-    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx_slot=2048) as live:
         page = browser.new_page(viewport={"width": 1000, "height": 560})
         page.goto(live.url("/"))
         page.wait_for_selector("#status-dot.ok", timeout=20_000)
@@ -250,7 +250,7 @@ def test_at_390px_the_model_name_shows_whole_and_the_key_field_only_when_needed(
     every visitor; it shows only where the server asks for a key."""
     model = fixed_reply_model(REPLY, reasoning=REASONING)
     for name_id, keys in (("demo", ()), ("Diffuspace/Clover-35B-A3B-Preview-GGUF:Q4_K_M", ("page-key",))):
-        with live_server(chat_factory(model, 512), model_id=name_id, n_ctx=512, api_keys=keys) as live:
+        with live_server(chat_factory(model, 512), model_id=name_id, n_ctx_slot=512, api_keys=keys) as live:
             page = browser.new_page(viewport={"width": 390, "height": 844})
             page.goto(live.url("/"))
             page.wait_for_function("document.getElementById('model-name').textContent.includes('ctx')",
@@ -295,7 +295,7 @@ def test_tool_call_markup_is_a_note_on_the_page(browser):
     """A model that writes a get_weather call to a request that offered no tools: the API keeps the
     text (as llama-server), the page shows one line instead of the tags."""
     call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>"
-    with live_server(chat_factory(fixed_reply_model(call), 512), n_ctx=512) as live:
+    with live_server(chat_factory(fixed_reply_model(call), 512), n_ctx_slot=512) as live:
         page = browser.new_page()
         page.goto(live.url("/"))
         page.wait_for_selector("#status-dot.ok", timeout=20_000)
@@ -312,7 +312,7 @@ def test_the_empty_page_offers_examples_that_the_demo_answers(browser):
     a special token (end-of-text is blank)."""
     import httpx
 
-    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx=2048) as live:
+    with live_server(chat_factory(Path("demo"), 2048), model_id="demo", n_ctx_slot=2048) as live:
         page = browser.new_page()
         bodies: list[dict] = []
         page.on("request", lambda req: bodies.append(req.post_data_json) if req.url.endswith("/chat/completions")

@@ -360,7 +360,7 @@ def slot_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(slot_dir):  # noqa: ANN001
-    with live_server(chat_factory(tiny_model_path("Q8_0"), SLOT_CTX), model_id="m", n_ctx=2 * SLOT_CTX,
+    with live_server(chat_factory(tiny_model_path("Q8_0"), SLOT_CTX), model_id="m", n_ctx_slot=2 * SLOT_CTX,
                      n_parallel=2, slot_save_path=str(slot_dir)) as live:
         yield live
 

@@ -215,8 +215,8 @@ class Backend:
 
     @property
     def n_ctx(self) -> int:
-        """Context of one sequence: the server's share, never more than the session really has."""
-        return min(self.settings.n_ctx_slot, self.session.n_ctx)
+        """Context of one sequence, as the loaded session has it (each slot is one such sequence)."""
+        return self.session.n_ctx
 
     def _check_context(self, n_prompt: int, what: str = "messages") -> None:
         if n_prompt >= self.n_ctx:

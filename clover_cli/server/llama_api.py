@@ -144,5 +144,5 @@ async def model(request: Request, model_id: str) -> Any:
                             f"'{state.settings.model_id}'", param="model")
     backend = state.backend
     return {"id": model_id, "object": "model", "created": state.created, "owned_by": "clover",
-            "max_model_len": backend.n_ctx if backend is not None else state.settings.n_ctx_slot,
+            "max_model_len": state.n_ctx_slot(),
             "meta": backend.meta() if backend is not None else None}

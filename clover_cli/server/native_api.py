@@ -57,13 +57,13 @@ async def props(request: Request) -> Any:
         "model_alias": s.model_id,
         "model_path": s.model_path,
         "total_slots": s.n_parallel,
-        "n_ctx": s.n_ctx,
-        "n_ctx_slot": s.n_ctx_slot,
+        "n_ctx": state.n_ctx_slot() * s.n_parallel,
+        "n_ctx_slot": state.n_ctx_slot(),
         "build_info": s.build,
         "loaded": backend is not None,
         "api_key_required": bool(s.api_keys),
         "default_generation_settings": {
-            "n_ctx": s.n_ctx_slot,
+            "n_ctx": state.n_ctx_slot(),
             "params": {"decode": s.decode or "auto", "threshold": s.threshold,
                        "block_length": s.block_length, "verify": s.verify,
                        "reasoning_budget": s.reasoning_budget},
@@ -87,7 +87,7 @@ async def slots(request: Request) -> Any:
     pool = state.runner.slots
     backend = state.backend
     if backend is None:
-        return [{"id": i, "n_ctx": state.settings.n_ctx_slot, "is_processing": False} for i in range(pool.n_slots)]
+        return [{"id": i, "n_ctx": state.n_ctx_slot(), "is_processing": False} for i in range(pool.n_slots)]
     return [backend.slot_info(i, i in pool.processing) for i in range(pool.n_slots)]
 
 
@@ -147,7 +147,7 @@ async def metrics(request: Request) -> Any:
     state = _state(request)
     pool = state.runner.slots
     text = state.metrics.render(processing=pool.busy, deferred=pool.waiting, n_slots=pool.n_slots,
-                                n_ctx=state.settings.n_ctx)
+                                n_ctx=state.n_ctx_slot() * state.settings.n_parallel)
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 

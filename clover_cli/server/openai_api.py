@@ -323,7 +323,7 @@ async def models(request: Request) -> Any:
     backend = state.backend
     meta = backend.meta() if backend is not None else None
     # max_model_len (vLLM's name): the context one request can use, so agent clients size prompts by it
-    max_len = backend.n_ctx if backend is not None else state.settings.n_ctx_slot
+    max_len = state.n_ctx_slot()
     return {"object": "list", "data": [{"id": state.settings.model_id, "object": "model",
                                         "created": state.created, "owned_by": "clover",
                                         "max_model_len": max_len, "meta": meta}]}

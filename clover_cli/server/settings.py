@@ -20,7 +20,7 @@ class ServerSettings:
 
     model_id: str = "clover"
     model_path: str = ""
-    n_ctx: int = 4096
+    n_ctx_slot: int | None = None  # -c as the CLI's fit check settled it, shown until the model has loaded
     n_parallel: int = 1
     max_queue: int = 16
     api_keys: tuple[str, ...] = ()
@@ -47,11 +47,6 @@ class ServerSettings:
     shutdown_token: str | None = None
     build: str = "clover"
     extra_props: dict = field(default_factory=dict)
-
-    @property
-    def n_ctx_slot(self) -> int:
-        """Context of each parallel sequence: the total divided evenly (stated at start-up)."""
-        return max(1, self.n_ctx // max(1, self.n_parallel))
 
     @property
     def allows_any_origin(self) -> bool:

@@ -54,6 +54,13 @@ class ServerState:
         thread.start()
         return thread
 
+    def n_ctx_slot(self) -> int:
+        """Each slot's context: the loaded model's, or before it has loaded what the CLI settled (0
+        when nothing is known yet)."""
+        if self.backend is not None:
+            return self.backend.n_ctx
+        return self.settings.n_ctx_slot or 0
+
     def require_backend(self) -> Backend:
         if self.backend is not None:
             return self.backend
