@@ -137,8 +137,8 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
                       f"with weights paging: {report.largest_context_paging:,})"))
     for a in v.advice:
         lines.append(("advice", a))
-    for note in v.gpu_notes:
-        lines.append(("gpu", note))
+    for g in v.gpus:
+        lines.append(("gpu", gpu_fit_text(g)))
     if plain:
         print_pairs(con, lines, plain=True)
     else:
@@ -155,3 +155,24 @@ def print_fit_table(estimate: MemoryEstimate, system: SystemMemory, verdict: Fit
     report = FitReport(estimate, verdict, [FitRow(estimate.n_ctx, estimate, verdict.verdict, True)], 0, 0,
                        system, estimate.n_ctx, DEFAULT_MARGIN)
     render_fit(report, con or _console.err(), plain=plain, limits=False)
+
+
+def gpu_fit_text(g: Any) -> str:
+    """A GPU's fit (`memory_fit.GpuFit`) in llama.cpp's flags: `-ngl 99`, else `-ngl 99 --n-cpu-moe N`
+    (or `--cpu-moe`), else `-ngl N`."""
+    from clover_runtime.sizes import size_text
+
+    head = f"GPU {g.index} {g.name}: {size_text(g.free)} free of {size_text(g.total)}"
+    if not g.detailed:
+        return f"{head}; every weight {'would' if g.fits_all else 'would not'} fit there (-ngl 99 with the gpu extra)"
+    if not g.n_gpu_layers:
+        return f"{head}; too small for any layer of this model"
+    at = f" at -c {g.n_ctx}" if g.n_ctx else ""
+    state = f" + {size_text(g.state_bytes)} of cache and state" if g.state_bytes else ""
+    on_gpu = f"{size_text(g.device_bytes)} of weights{state} on the GPU"
+    if not g.all_layers:
+        return f"{head}; -ngl {g.n_gpu_layers} fits{at} ({on_gpu})"
+    if not g.n_cpu_moe:
+        return f"{head}; -ngl 99 fits{at} ({on_gpu})"
+    flag = "--cpu-moe" if g.n_cpu_moe >= g.n_layer else f"--n-cpu-moe {g.n_cpu_moe}"
+    return f"{head}; -ngl 99 {flag} fits{at} ({on_gpu}, {size_text(g.host_bytes)} of weights in RAM)"

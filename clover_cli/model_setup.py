@@ -77,8 +77,10 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     if verdict.verdict == "fits with paging":
         console.warn(f"{verdict.message} (expect slow generation)")
     if offload is not None and offload.wanted and weight_bytes < tensors_bytes:
-        for note in verdict.gpu_notes:  # the per-GPU fit, in -ngl terms, where a GPU takes weights
-            console.info(f"gpu: {note}")
+        from .fit_table import gpu_fit_text
+
+        for g in verdict.gpus:  # the per-GPU fit, in -ngl terms, where a GPU takes weights
+            console.info(f"gpu: {gpu_fit_text(g)}")
     from clover_runtime.hub import DEFAULT_MODEL
 
     model_id = path.name if Path(model or "").exists() else (model or DEFAULT_MODEL)

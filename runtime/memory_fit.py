@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 from .model_config import ModelConfig
-from .offload import DEVICE_RESERVE, Placement, fit_experts, fit_layers
+from .offload import DEVICE_RESERVE, fit_experts, fit_layers
 from .sizes import GiB, MiB, size_text
 
 DEFAULT_MARGIN = GiB
@@ -85,6 +85,29 @@ class SystemMemory:
 
 
 @dataclass(frozen=True)
+class GpuFit:
+    """What fits one GPU, as placement facts (the CLI words them in llama.cpp's flags):
+    `n_gpu_layers` layers on it (`all_layers`: every layer and the head), the routed experts of the
+    first `n_cpu_moe` layers kept in RAM, and the bytes that puts on the device and leaves in RAM.
+    Without a tensor list only the weight total is compared (`detailed` False, `fits_all`)."""
+
+    index: int
+    name: str
+    free: int
+    total: int
+    n_layer: int = 0
+    n_gpu_layers: int = 0  # 0: nothing fits
+    all_layers: bool = False
+    n_cpu_moe: int = 0
+    device_bytes: int = 0
+    state_bytes: int = 0
+    host_bytes: int = 0
+    n_ctx: int | None = None
+    detailed: bool = True
+    fits_all: bool = False
+
+
+@dataclass(frozen=True)
 class FitVerdict:
     """`verdict` is one of "fits", "fits with paging", "does not fit"; `advice` lines say what to change."""
 
@@ -93,7 +116,7 @@ class FitVerdict:
     advice: list[str]
     needed: int
     available: int
-    gpu_notes: list[str] = field(default_factory=list)
+    gpus: list[GpuFit] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -232,30 +255,23 @@ def probe_system(*, gpus: bool = True) -> SystemMemory:
     return SystemMemory(int(vm.total), int(vm.available), nvidia_gpus() if gpus else [])
 
 
-def gpu_note(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int,
-             layer_state: Mapping[int, int] | None = None, n_ctx: int | None = None) -> str:
-    """What fits one GPU, in llama.cpp's flags: `-ngl 99`, else `-ngl 99 --n-cpu-moe N` (the fewest
-    layers' routed experts in RAM), else `-ngl N`. An offloaded layer's K/V cache and recurrent
-    state live on the GPU with it, so `layer_state` (`layer_state_bytes`, for the context `n_ctx`)
-    counts there too. `tensors` maps names to TensorInfo-like objects (`shape`, `n_bytes`)."""
-    head = f"GPU {index} {gpu.name}: {size_text(gpu.free)} free of {size_text(gpu.total)}"
-    at = f" at -c {n_ctx}" if n_ctx else ""
-
-    def on_gpu(p: Placement) -> str:
-        state = f" + {size_text(p.state_bytes)} of cache and state" if p.state_bytes else ""
-        return f"{size_text(p.device_bytes)} of weights{state} on the GPU"
-
+def gpu_fit(index: int, gpu: GpuMemory, tensors: Mapping[str, Any], n_layer: int,
+            layer_state: Mapping[int, int] | None = None, n_ctx: int | None = None) -> GpuFit:
+    """What fits one GPU: every layer, else every layer with the fewest layers' routed experts in
+    RAM, else the most layers. An offloaded layer's K/V cache and recurrent state live on the GPU
+    with it, so `layer_state` (`layer_state_bytes`, for the context `n_ctx`) counts there too.
+    `tensors` maps names to TensorInfo-like objects (`shape`, `n_bytes`)."""
+    card = {"index": index, "name": gpu.name, "free": gpu.free, "total": gpu.total, "n_layer": n_layer,
+            "n_ctx": n_ctx}
     split = fit_experts(tensors, n_layer, gpu.free, layer_state=layer_state)
-    if split is not None and split.n_cpu_moe == 0:
-        return f"{head}; -ngl 99 fits{at} ({on_gpu(split)})"
     if split is not None:
-        flag = "--cpu-moe" if split.n_cpu_moe >= n_layer else f"--n-cpu-moe {split.n_cpu_moe}"
-        return (f"{head}; -ngl 99 {flag} fits{at} ({on_gpu(split)}, "
-                f"{size_text(split.host_bytes)} of weights in RAM)")
+        return GpuFit(**card, n_gpu_layers=n_layer, all_layers=True, n_cpu_moe=split.n_cpu_moe,
+                      device_bytes=split.device_bytes, state_bytes=split.state_bytes, host_bytes=split.host_bytes)
     part = fit_layers(tensors, n_layer, gpu.free, layer_state=layer_state)
     if part.any:
-        return f"{head}; -ngl {part.n_gpu_layers} fits{at} ({on_gpu(part)})"
-    return f"{head}; too small for any layer of this model"
+        return GpuFit(**card, n_gpu_layers=part.n_gpu_layers, device_bytes=part.device_bytes,
+                      state_bytes=part.state_bytes)
+    return GpuFit(**card)
 
 
 def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARGIN,
@@ -285,15 +301,14 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
             advice.append(f"a smaller quant: the weights alone are {size_text(est.weights)}")
         if est.n_parallel > 1:
             advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
-    notes = []
+    gpus = []
     for i, g in enumerate(system.gpus):
         if tensors is not None and n_layer > 0:
-            notes.append(gpu_note(i, g, tensors, n_layer, layer_state, est.n_ctx))
+            gpus.append(gpu_fit(i, g, tensors, n_layer, layer_state, est.n_ctx))
         else:
-            ok = est.weights + DEVICE_RESERVE <= g.free
-            notes.append(f"GPU {i} {g.name}: {size_text(g.free)} free of {size_text(g.total)}; every weight "
-                         f"{'would' if ok else 'would not'} fit there (-ngl 99 with the gpu extra)")
-    return FitVerdict(verdict, message, advice, needed, avail, notes)
+            gpus.append(GpuFit(i, g.name, g.free, g.total, detailed=False,
+                               fits_all=est.weights + DEVICE_RESERVE <= g.free))
+    return FitVerdict(verdict, message, advice, needed, avail, gpus)
 
 
 def _fits(cfg: ModelConfig, weight_bytes: int, system: SystemMemory, n_ctx: int, n_parallel: int,
@@ -411,5 +426,5 @@ def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int 
             advice.insert(0, f"a shorter context: -c {best_paging} fits with the weights paging from disk"
                              f"{_agent_note(best_paging)}")
     verdict = FitVerdict(verdict.verdict, verdict.message, advice, verdict.needed, verdict.available,
-                         verdict.gpu_notes)
+                         verdict.gpus)
     return FitReport(est, verdict, rows, best, best_paging, system, cfg.context_length, margin)

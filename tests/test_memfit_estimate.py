@@ -19,7 +19,7 @@ from clover_runtime.memory_fit import (
     estimate,
     fit_report,
     gdn_state_bytes,
-    gpu_note,
+    gpu_fit,
     kv_bytes_per_token,
     largest_context,
     nvidia_gpus,
@@ -31,6 +31,8 @@ from clover_runtime.memory_fit import (
 from clover_runtime.model_config import describe
 from clover_runtime.synth import SynthSpec
 from inspect_helpers import real_shape_path, write_model
+
+from clover_cli.fit_table import gpu_fit_text
 
 
 @pytest.fixture(scope="module")
@@ -140,8 +142,9 @@ def test_gpu_notes(tiny):
     est = estimate(cfg, weights, 1024)
     v = assess(est, SystemMemory(8 * GiB, 4 * GiB, [GpuMemory("Big", 80 * GiB, 70 * GiB),
                                                        GpuMemory("Small", GiB, 0)]))
-    assert v.gpu_notes[0].startswith("GPU 0 Big: 70.0 GiB free of 80.0 GiB; every weight would fit")
-    assert "would not fit" in v.gpu_notes[1]
+    assert [(g.name, g.detailed, g.fits_all) for g in v.gpus] == [("Big", False, True), ("Small", False, False)]
+    assert gpu_fit_text(v.gpus[0]).startswith("GPU 0 Big: 70.0 GiB free of 80.0 GiB; every weight would fit")
+    assert "would not fit" in gpu_fit_text(v.gpus[1])
 
 
 def test_gpu_notes_in_llama_cpp_flags_for_the_real_layout() -> None:
@@ -154,7 +157,7 @@ def test_gpu_notes_in_llama_cpp_flags_for_the_real_layout() -> None:
 
     def note(total_gib: int, free_gib: float) -> str:
         gpu = GpuMemory("Card", total_gib * GiB, int(free_gib * GiB))
-        return gpu_note(0, gpu, tensors, 40)
+        return gpu_fit_text(gpu_fit(0, gpu, tensors, 40))
 
     on_gpu = size_text(cfg_weights - tensors["token_embd.weight"].n_bytes)
     assert note(80, 79) == f"GPU 0 Card: 79.0 GiB free of 80.0 GiB; -ngl 99 fits ({on_gpu} of weights on the GPU)"
@@ -188,7 +191,9 @@ def test_offloaded_layers_bring_their_cache_and_state_to_the_gpu(real) -> None:
     assert full.n_cpu_moe >= bare.n_cpu_moe
     tight = place(tensors, 40, 99, n_cpu_moe=bare.n_cpu_moe)
     card = GpuMemory("Card", free, tight.device_bytes + (512 << 20))  # room for the weights only
-    note = gpu_note(0, card, tensors, 40, state, 16384)
+    fit = gpu_fit(0, card, tensors, 40, state, 16384)
+    assert fit.all_layers and fit.n_cpu_moe > bare.n_cpu_moe and fit.state_bytes == sum(state.values())
+    note = gpu_fit_text(fit)
     assert f"--n-cpu-moe {bare.n_cpu_moe} " not in note and " at -c 16384 " in note, note
     assert "of cache and state on the GPU" in note
     from clover_runtime.offload import fit_layers
