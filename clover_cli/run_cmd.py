@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -23,6 +25,7 @@ from .options import (
     n_cpu_moe_option,
     ngl_option,
 )
+from .usage import UsageError
 
 _E = "CLOVER_"
 _FROM_FILE = "Default: the model file's recommendation, else llama.cpp's"
@@ -129,86 +132,142 @@ def command(
 
         clover run demo "What is 17 + 25?" --no-think
     """
-    from dataclasses import replace
-
-    from clover_runtime.chat import load_chat
-    from clover_runtime.decoding import DecodeParams
-    from clover_runtime.hub.resolve import is_prompt_not_model
-
-    from .model_setup import compile_first_run, prepare
     from .options import offload_request
-    from .usage import UsageError, choice
+    from .usage import choice
 
     choice("--decode", decode, ("auto", "diffusion", "ar"))
     choice("--backend", backend, ("auto", "numba", "numpy"))
+    model, prompt = _model_and_prompt(model, model_opt, prompt)
+    if reasoning_budget not in (-1, 0):
+        raise UsageError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
+                         "a token budget for the reasoning is not supported yet: use -1 or 0")
+    if prompt is not None and prompt_opt is not None:
+        raise UsageError("the prompt is given twice (argument and -p)", "give it once")
+    constraint = _constraint_source(grammar, grammar_file, json_schema, json_schema_file)
+    text = _one_shot_text(prompt or prompt_opt, file)
+    if text is None and not sys.stdin.isatty():  # refused before the model loads
+        raise UsageError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
+    sampling = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
+                                  ("repetition_penalty", repeat_penalty)) if v is not None}
+    _run(RunOptions(
+        model=model, text=text, offline=offline, ctx=ctx_size, ctx_checkpoints=ctx_checkpoints,
+        checkpoint_every=checkpoint_every, prompt_cache=prompt_cache, system=system,
+        chat_template_file=chat_template_file, think=think and reasoning_budget != 0,
+        sampling={**sampling, "seed": seed, "presence_penalty": presence_penalty,
+                  "frequency_penalty": frequency_penalty},
+        n_predict=n_predict, decode=decode, block_length=block_length, threshold=threshold, verify=verify,
+        expert_coreset=expert_coreset, constraint=constraint, visual=visual, as_json=as_json,
+        show_timings=show_timings, threads=threads, backend=backend, exact_kernels=exact_kernels,
+        offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything `clover run` was asked, validated once where the flags are parsed (`command`):
+    from here on nothing is checked again, and `-c` goes from this record to the fit check and on
+    to the session."""
+
+    model: str | None
+    text: str | None  # the one-shot prompt; None: the chat in the terminal
+    offline: bool
+    ctx: int | None  # per sequence; None: the default, 0: as much as fits
+    ctx_checkpoints: int
+    checkpoint_every: int
+    prompt_cache: Path | None
+    system: str | None
+    chat_template_file: Path | None
+    think: bool
+    sampling: dict[str, Any]  # the sampling flags given; the file's recommendation fills the rest
+    n_predict: int
+    decode: str
+    block_length: int | None
+    threshold: float | None
+    verify: bool | None
+    expert_coreset: int | None
+    constraint: tuple[str, str, str | None, Path | None] | None  # (flag, kind, text, file) of a grammar or schema
+    visual: bool
+    as_json: bool
+    show_timings: bool
+    threads: int | None
+    backend: str
+    exact_kernels: bool
+    offload: Any
+
+
+def _model_and_prompt(model: str | None, model_opt: str | None, prompt: str | None) -> tuple[str | None, str | None]:
+    """MODEL, -m and PROMPT sorted out: with -m, the one positional is the prompt; a prompt typed as
+    the model is a usage error that names the demo."""
+    from clover_runtime.hub.resolve import is_prompt_not_model
+
     if model_opt and model and prompt is not None:
         raise UsageError("the model is given twice (argument and -m)", "give it once")
     if model_opt and model:
-        prompt = model
-        model = model_opt
+        prompt, model = model, model_opt
     model = model_opt or model
     if model is not None and is_prompt_not_model(model):
         shown = '"' + model.replace('"', '\\"') + '"'
         raise UsageError(f"{shown} is not a model; did you mean: clover run demo {shown}")
-    if reasoning_budget not in (-1, 0):
-        raise UsageError(f"--reasoning-budget {reasoning_budget}: clover takes -1 (reason) or 0 (no reasoning)",
-                         "a token budget for the reasoning is not supported yet: use -1 or 0")
-    think = think and reasoning_budget != 0
-    if prompt is not None and prompt_opt is not None:
-        raise UsageError("the prompt is given twice (argument and -p)", "give it once")
-    text = _one_shot_text(prompt or prompt_opt, file)
-    if text is None and not sys.stdin.isatty():  # refused before the model loads
-        raise UsageError("no prompt: pass one as an argument, with -p or -f, or pipe it on stdin")
-    offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
-    prep = prepare(model, ctx=ctx_size, offline=offline, ctx_checkpoints=ctx_checkpoints, offload=offload)
-    given = {k: v for k, v in (("temperature", temp), ("top_k", top_k), ("top_p", top_p), ("min_p", min_p),
-                               ("repetition_penalty", repeat_penalty)) if v is not None}
-    sampling = replace(prep.sampling, seed=seed, presence_penalty=presence_penalty,
-                       frequency_penalty=frequency_penalty, **given)
-    max_tokens = n_predict if n_predict > 0 else prep.n_ctx
-    params = DecodeParams(decode=decode, block_length=block_length, threshold=threshold,
-                          expert_coreset=expert_coreset, max_tokens=max_tokens, sampling=sampling, verify=verify)
-    session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=chat_template_file, n_threads=threads,
-                        backend=backend, defaults=params, exact_kernels=exact_kernels, offload=offload)
+    return model, prompt
+
+
+def _run(opts: RunOptions) -> None:
+    from dataclasses import replace
+
+    from clover_runtime.chat import load_chat
+    from clover_runtime.decoding import DecodeParams
+
+    from .model_setup import compile_first_run, prepare
+
+    prep = prepare(opts.model, ctx=opts.ctx, offline=opts.offline, ctx_checkpoints=opts.ctx_checkpoints,
+                   offload=opts.offload)
+    sampling = replace(prep.sampling, **opts.sampling)
+    max_tokens = opts.n_predict if opts.n_predict > 0 else prep.n_ctx
+    params = DecodeParams(decode=opts.decode, block_length=opts.block_length, threshold=opts.threshold,
+                          expert_coreset=opts.expert_coreset, max_tokens=max_tokens, sampling=sampling,
+                          verify=opts.verify)
+    session = load_chat(prep.path, n_ctx=prep.n_ctx, chat_template_file=opts.chat_template_file,
+                        n_threads=opts.threads, backend=opts.backend, defaults=params,
+                        exact_kernels=opts.exact_kernels, offload=opts.offload)
     compile_first_run(session.model)
-    constraint = _constraint(session, grammar, grammar_file, json_schema, json_schema_file)
-    if constraint is not None:  # the grammar starts at the reply's first token: no reasoning
-        params, think = replace(params, grammar=constraint), False
-    cache = session.new_cache(max_checkpoints=ctx_checkpoints, checkpoint_every=checkpoint_every)
+    think = opts.think
+    if opts.constraint is not None:  # the grammar starts at the reply's first token: no reasoning
+        params, think = replace(params, grammar=_compile_constraint(session, *opts.constraint)), False
+    cache = session.new_cache(max_checkpoints=opts.ctx_checkpoints, checkpoint_every=opts.checkpoint_every)
     banner = _banner(session, prep, params)
     if session.template.is_fallback:
         console.warn("the model has no chat template; using ChatML")
-    if text is None:
+    if opts.text is None:
         from .repl import Repl
 
         con = console.out()
-        code = Repl(session, params, system=system, think=think, visual=visual, show_timings=show_timings,
-                    banner=banner, con=con, cache=cache).loop()
+        code = Repl(session, params, system=opts.system, think=think, visual=opts.visual,
+                    show_timings=opts.show_timings, banner=banner, con=con, cache=cache).loop()
         raise typer.Exit(code)
-    _answer_once(session, params, text, system=system, think=think, as_json=as_json, show_timings=show_timings,
-                 banner=banner, cache=cache if prompt_cache is not None else None, cache_file=prompt_cache)
+    _answer_once(session, params, opts.text, system=opts.system, think=think, as_json=opts.as_json,
+                 show_timings=opts.show_timings, banner=banner,
+                 cache=cache if opts.prompt_cache is not None else None, cache_file=opts.prompt_cache)
 
 
-def _constraint(session, grammar: str | None, grammar_file: Path | None, json_schema: str | None,  # noqa: ANN001
-                json_schema_file: Path | None):  # noqa: ANN202 - a Grammar, or None
-    """The reply constraint the flags ask for (as llama-cli: at most one of them), compiled for the
-    model's tokenizer; a bad grammar or schema is one line naming the flag."""
-    from clover_runtime.decoding.constraint import GrammarError
-    from clover_runtime.errors import CloverError
-    from clover_runtime.text_files import read_text
-
-    from .usage import UsageError
-
+def _constraint_source(grammar: str | None, grammar_file: Path | None, json_schema: str | None,
+                       json_schema_file: Path | None) -> tuple[str, str, str | None, Path | None] | None:
+    """The one reply constraint the flags give, as (flag, kind, text, file), or None; two of them is a
+    usage error (as in llama-cli), found before the model loads."""
     given = [(flag, kind, value, path) for flag, kind, value, path in (
         ("--grammar", "gbnf", grammar, None), ("--grammar-file", "gbnf", None, grammar_file),
         ("--json-schema", "json_schema", json_schema, None),
         ("--json-schema-file", "json_schema", None, json_schema_file),
     ) if value is not None or path is not None]
-    if not given:
-        return None
     if len(given) > 1:
         raise UsageError(f"{given[0][0]} and {given[1][0]} both constrain the reply", "give one of them")
-    flag, kind, text, path = given[0]
+    return given[0] if given else None
+
+
+def _compile_constraint(session, flag: str, kind: str, text: str | None, path: Path | None):  # noqa: ANN001, ANN202
+    """The constraint compiled for the model's tokenizer; a bad grammar or schema is one line naming the flag."""
+    from clover_runtime.decoding.constraint import GrammarError
+    from clover_runtime.errors import CloverError
+    from clover_runtime.text_files import read_text
+
     if path is not None:
         try:
             text = read_text(path)
