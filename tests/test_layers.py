@@ -173,3 +173,58 @@ def test_the_hub_decoding_and_gpu_layers_raise_facts_not_command_lines() -> None
                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
                     found += [f"{path.name}: {w}" for w in words if w in node.value]
     assert found == []
+
+
+def _runtime_import_graph() -> dict[str, set[str]]:
+    """runtime/'s modules and the runtime modules each imports (at the top or inside a function),
+    leaving out a module's own parent packages."""
+    import ast
+
+    root = ROOT / "runtime"
+    mods = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        here = [p for p in here if p]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = here[:len(here) - (node.level - 1)] if node.level > 1 else here
+                mod = ".".join(base + ([node.module] if node.module else []))
+            elif (node.module or "").startswith("clover_runtime"):
+                mod = node.module[len("clover_runtime"):].lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                target = f"{mod}.{alias.name}".lstrip(".")
+                target = target if target in mods else mod
+                parents = {".".join(name.split(".")[:k]) for k in range(len(name.split(".")))}
+                if target in mods and target != name and target not in parents:
+                    graph[name].add(target)
+    return graph
+
+
+def test_the_runtime_has_no_import_cycles() -> None:
+    """No two runtime modules import each other, directly or round a loop, not even from inside a
+    function (the way cycles used to be held apart)."""
+    graph = _runtime_import_graph()
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, path: list[str]) -> bool:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                cycle.extend(path[path.index(d):] + [m, d] if d in path else [m, d])
+                return True
+            if d not in state and visit(d, path + [m]):
+                return True
+        state[m] = 2
+        return False
+
+    assert not any(visit(m, []) for m in sorted(graph) if m not in state), " -> ".join(cycle)
+    assert "engine.model" in graph and "torch_backend.layers" not in graph["engine.model"]
