@@ -63,6 +63,7 @@ def _generate(model: Any, prompt: list[int], **kw: Any) -> tuple[list[int], Any]
 def random_weights(path: Path, threads: int, lengths: list[int], rounds: int) -> list[dict]:
     from clover_runtime import load_model
     from clover_runtime.bench import synthetic_tokens
+    from clover_runtime.text.reply import Timings
 
     model = load_model(path, n_threads=threads)
     prompt = synthetic_tokens(16, model.n_vocab, seed=7)
@@ -77,8 +78,8 @@ def random_weights(path: Path, threads: int, lengths: list[int], rounds: int) ->
             else:
                 b, sb = _generate(model, prompt, decode="auto", max_tokens=n)
                 a, sa = _generate(model, prompt, decode="ar", max_tokens=n)
-            ar_ts.append(sa.predicted_per_second)
-            auto_ts.append(sb.predicted_per_second)
+            ar_ts.append(Timings.of(sa).predicted_per_second)
+            auto_ts.append(Timings.of(sb).predicted_per_second)
             same &= a == b
             dg += sb.diffusion_tokens
         ar, auto = statistics.median(ar_ts), statistics.median(auto_ts)
@@ -92,7 +93,7 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
     from clover_runtime.demo import demo_path
-    from clover_runtime.text.reply import Reply
+    from clover_runtime.text.reply import Reply, Timings
 
     chat = load_chat(demo_path(), n_ctx=1024, n_threads=threads)
     pairs = demo_corpus.make_corpus(0, arithmetic_pairs=1, repeats=1).held_out_arithmetic
@@ -111,7 +112,7 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
             ms += out.stats.gen_ms
             toks += out.stats.generated_tokens
             dg += out.stats.diffusion_tokens
-        return texts, toks / ms * 1e3, out.stats.tokens_per_forward, dg
+        return texts, toks / ms * 1e3, Timings.of(out.stats).tokens_per_forward, dg
 
     run("auto")  # warm-up
     ar_ts, auto_ts, same, dg = [], [], True, 0
@@ -134,6 +135,7 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
 def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: int) -> list[dict]:
     from clover_runtime import load_model
     from clover_runtime.bench import pass_cost_in_steps, synthetic_tokens
+    from clover_runtime.text.reply import Timings
 
     model = load_model(path, n_threads=threads)
     prompt = synthetic_tokens(16, model.n_vocab, seed=7)
@@ -143,8 +145,8 @@ def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: 
         _generate(model, prompt, **kw)
         ar_ts, dg_ts = [], []
         for _ in range(rounds):
-            ar_ts.append(_generate(model, prompt, decode="ar", max_tokens=64)[1].predicted_per_second)
-            dg_ts.append(_generate(model, prompt, **kw)[1].predicted_per_second)
+            ar_ts.append(Timings.of(_generate(model, prompt, decode="ar", max_tokens=64)[1]).predicted_per_second)
+            dg_ts.append(Timings.of(_generate(model, prompt, **kw)[1]).predicted_per_second)
         ar, dg = statistics.median(ar_ts), statistics.median(dg_ts)
         rows.append({"threads": threads, "coreset": core or "all", "ar": ar, "dg": dg, "ratio": dg / ar,
                      "pass_steps": pass_cost_in_steps(model, None)})

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 
 from . import console
 from .options import CTX_HELP, ctx_option
+
+if TYPE_CHECKING:
+    from clover_runtime.doctor import GpuOffload
 
 
 def _gib(n: int | None) -> str:
@@ -35,6 +39,7 @@ def command(
     """
     from clover_runtime.doctor import run_doctor
 
+    from .advice import fit_advice_text
     from .fit_table import print_pairs
 
     report = run_doctor(ctx_size)
@@ -53,7 +58,7 @@ def command(
         ("CPU features", " ".join(s.cpu_features) or "none of note"),
         ("RAM", f"{_gib(s.ram_available)} available of {_gib(s.ram_total)}"),
         ("GPU", gpus),
-        ("GPU offload", report.gpu_offload),
+        ("GPU offload", gpu_offload_text(report.gpu_offload)),
         ("Kernel threads", _threads_text(report.threading_layer, report.kernels_serialized)),
         ("Kernel cache", f"{report.numba_cache.path} ({report.numba_cache.detail})"),
         ("Model cache", f"{report.hf_cache.path} ({_gib(report.hf_cache.free_bytes)} free"
@@ -69,8 +74,21 @@ def command(
     con = console.out()
     print_pairs(con, rows, title="clover doctor")
     for line in verdict.get("advice", []) or []:
-        con.print(f"  advice: {line}", markup=False)
+        con.print(f"  advice: {fit_advice_text(line)}", markup=False)
     if report.cpu_torch is not None and s.gpus:
         from .gpu_hint import cpu_torch_line
 
         console.warn(cpu_torch_line(report.cpu_torch, s.gpus[0]["name"]))
+
+
+def gpu_offload_text(g: GpuOffload) -> str:
+    """The runtime's facts about GPU offload in the flags that change it."""
+    if g.torch is None:
+        return f"not available: {g.problem}"
+    if g.problem:
+        return f"torch {g.torch}: {g.problem}"
+    if g.device is None:
+        return (f"torch {g.torch}, no CUDA device (--device mps opts in to Apple's GPU; "
+                "--device cpu runs torch on the CPU)")
+    free = f", {g.free_bytes / (1 << 30):.1f} GiB free" if g.free_bytes is not None else ""
+    return f"torch {g.torch}: {g.name} ({g.device}{free})"

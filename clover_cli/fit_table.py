@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import console as _console
+from .advice import fit_advice_text
 
 if TYPE_CHECKING:
     from clover_runtime.memory_fit import FitReport, FitVerdict, MemoryEstimate, SystemMemory
@@ -136,7 +137,7 @@ def render_fit(report: FitReport, con: Console | None = None, *, plain: bool | N
         lines.append(("largest context", f"{best} fully in RAM (model context {report.context_length:,}; "
                       f"with weights paging: {report.largest_context_paging:,})"))
     for a in v.advice:
-        lines.append(("advice", a))
+        lines.append(("advice", fit_advice_text(a)))
     for g in v.gpus:
         lines.append(("gpu", gpu_fit_text(g)))
     if plain:

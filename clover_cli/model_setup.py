@@ -45,6 +45,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
     from clover_runtime.model_config import describe_tensors
 
     from . import console
+    from .advice import fit_hint
     from .gpu_hint import warn_cpu_torch
 
     path = resolve(model, file=file, offline=offline, token=token)
@@ -73,7 +74,7 @@ def prepare(model: str | None, *, ctx: int | None, parallel: int = 1, offline: b
         from .fit_table import print_fit_table
 
         print_fit_table(estimate, system, verdict)
-        raise CloverError(verdict.message, verdict.hint or "lower -c, or use a smaller quant")
+        raise CloverError(verdict.message, fit_hint(verdict.advice) or "lower -c, or use a smaller quant")
     if verdict.verdict == "fits with paging":
         console.warn(f"{verdict.message} (expect slow generation)")
     if offload is not None and offload.wanted and weight_bytes < tensors_bytes:

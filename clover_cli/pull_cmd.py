@@ -20,6 +20,7 @@ def _check_fit(p: Any, *, ctx_size: int | None, force: bool, token: str | None) 
     from clover_runtime.model_config import describe_tensors
 
     from . import console
+    from .advice import fit_hint
 
     try:
         model = remote_header(p, token=token)
@@ -40,8 +41,9 @@ def _check_fit(p: Any, *, ctx_size: int | None, force: bool, token: str | None) 
 
         print_fit_table(estimate, system, verdict)
         if not force:
+            hint = fit_hint(verdict.advice)
             raise CloverError(f"{p.ref} does not fit this machine at -c {n_ctx}",
-                              (verdict.hint + "; " if verdict.hint else "") + "or pass --force to download anyway")
+                              (hint + "; " if hint else "") + "or pass --force to download anyway")
         console.warn("downloading anyway (--force)")
     elif verdict.verdict == memory_fit.PAGING:
         console.warn(f"{verdict.message} (expect slow generation)")

@@ -342,9 +342,8 @@ def _foreground(opts: ServeOptions) -> None:
     import sys
     import time
 
-    from clover_runtime.memory_fit import AGENT_CTX
-
     from . import __version__, console, service
+    from .advice import AGENT_CTX
     from .server import ServerSettings, access_log, create_app
     from .server.launch import bind, serve
 

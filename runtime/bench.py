@@ -195,10 +195,13 @@ def pass_cost_in_steps(model: Any, block_length: int | None, reps: int = 3) -> f
 
 def _diffusion_extras(stats: Any, wall_ns: int) -> dict[str, float]:
     """The dg figures from the decoder's GenerationStats (its own generation time when it has one)."""
+    from .text.reply import Timings
+
+    t = Timings.of(stats)
     return {
         "time_ns": stats.gen_ms * 1e6 if stats.gen_ms > 0 else float(wall_ns),
         "generated": float(stats.generated_tokens),
-        "tokens_per_forward": stats.tokens_per_forward,
+        "tokens_per_forward": t.tokens_per_forward,
         "passes": float(stats.passes),
         "passes_per_block": stats.passes / max(1, stats.blocks),
         "forwards": float(stats.forwards),

@@ -24,6 +24,18 @@ class DirReport:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class GpuOffload:
+    """What `-ngl` could use here, as facts: torch's version (None: not installed), the device torch
+    would pick (None: no CUDA device; MPS is opt-in), or the `problem` that stops it."""
+
+    torch: str | None
+    device: str | None = None
+    name: str = ""
+    free_bytes: int | None = None
+    problem: str = ""
+
+
 @dataclass
 class DoctorReport:
     system: SystemInfo
@@ -32,7 +44,7 @@ class DoctorReport:
     default_model: str
     default_model_source: str
     fit: dict[str, Any] = field(default_factory=dict)
-    gpu_offload: str = ""
+    gpu_offload: GpuOffload = field(default_factory=lambda: GpuOffload(None))
     cpu_torch: str | None = None  # torch's version when it is a CPU-only build while nvidia-smi sees a GPU
     threading_layer: str = ""  # numba's, as clover chose it (`kernels.jit.choose_threading_layer`)
     kernels_serialized: bool = False  # True on `workqueue`: parallel slots take turns in the kernels
@@ -47,7 +59,7 @@ class DoctorReport:
             "default_model": self.default_model,
             "default_model_source": self.default_model_source,
             "fit": self.fit,
-            "gpu_offload": self.gpu_offload,
+            "gpu_offload": asdict(self.gpu_offload),
             "cpu_torch": self.cpu_torch,
             "threading_layer": self.threading_layer,
             "kernels_serialized": self.kernels_serialized,
@@ -121,26 +133,24 @@ def _cached_default() -> Path | None:
         return None
 
 
-def gpu_offload_status() -> str:
+def gpu_offload_status() -> GpuOffload:
     """Whether `-ngl` can work here: torch installed or not, and the device it would use."""
     from .errors import CloverError
-    from .torch_backend import INSTALL_HINT, require_torch
+    from .torch_backend import require_torch
 
     try:
         torch = require_torch()
-    except CloverError:
-        return f"not available: {INSTALL_HINT}"
+    except CloverError as exc:
+        return GpuOffload(None, problem=exc.message)
     from .torch_backend.device import resolve_device
 
     try:
         info = resolve_device("auto")
     except CloverError as exc:
-        return f"torch {torch.__version__}: {exc.message}"
+        return GpuOffload(torch.__version__, problem=exc.message)
     if info is None:
-        return (f"torch {torch.__version__}, no CUDA device (--device mps opts in to Apple's GPU; "
-                "--device cpu runs torch on the CPU)")
-    free = f", {info.free_bytes / (1 << 30):.1f} GiB free" if info.free_bytes is not None else ""
-    return f"torch {torch.__version__}: {info.name} ({info.device}{free})"
+        return GpuOffload(torch.__version__)
+    return GpuOffload(torch.__version__, str(info.device), info.name, info.free_bytes)
 
 
 def threading_layer() -> tuple[str, bool]:

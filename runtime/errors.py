@@ -28,7 +28,14 @@ class ContextLengthError(CloverError):
 
 
 class HubError(CloverError):
-    """A download or cache failure (not found, unauthorized, offline miss, disk full)."""
+    """A download or cache failure (not found, unauthorized, offline miss, disk full). `needs` says what
+    the user could supply, for a front end to word in its own flags: "file" (a file in the repository),
+    "file_path" (its path inside the repository), "quant_or_file" (a quant tag or a file), "token" (a
+    Hub token)."""
+
+    def __init__(self, message: str, hint: str | None = None, needs: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.needs = needs
 
 
 class TemplateError(CloverError):

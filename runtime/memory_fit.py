@@ -27,7 +27,6 @@ CACHE_TYPES = ("f32", "f16", "q8_0")
 ENGINE_CACHE_TYPE = "f32"
 TABLE_CONTEXTS = (4096, 16384, 32768, 65536, 131072)
 CTX_STEP = 256
-AGENT_CTX = 65536  # agent clients (Hermes Agent: ~12K-token first request) need this much per request
 DEFAULT_CTX_CHECKPOINTS = 8  # prompt-cache checkpoints per sequence (llama-server's --ctx-checkpoints)
 
 FITS = "fits"
@@ -108,12 +107,25 @@ class GpuFit:
 
 
 @dataclass(frozen=True)
+class FitAdvice:
+    """One way to make a setting fit, as data the CLI words in its flags: `kind` is "shorter_context"
+    (`n_ctx` fits, fully in RAM or with the weights `paging` from disk), "smaller_quant" (the weights
+    alone are `weights` bytes) or "fewer_parallel" (`n_parallel` sequences multiply the KV cache)."""
+
+    kind: str
+    n_ctx: int = 0
+    paging: bool = False
+    weights: int = 0
+    n_parallel: int = 0
+
+
+@dataclass(frozen=True)
 class FitVerdict:
-    """`verdict` is one of "fits", "fits with paging", "does not fit"; `advice` lines say what to change."""
+    """`verdict` is one of "fits", "fits with paging", "does not fit"; `advice` says what would fit."""
 
     verdict: str
     message: str
-    advice: list[str]
+    advice: list[FitAdvice]
     needed: int
     available: int
     gpus: list[GpuFit] = field(default_factory=list)
@@ -121,11 +133,6 @@ class FitVerdict:
     @property
     def fits(self) -> bool:
         return self.verdict != NO_FIT
-
-    @property
-    def hint(self) -> str | None:
-        """The advice as one line, for CloverError's hint."""
-        return "try " + "; or ".join(self.advice) if self.advice else None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -295,12 +302,12 @@ def assess(est: MemoryEstimate, system: SystemMemory, margin: int = DEFAULT_MARG
         verdict, needed = NO_FIT, est.without_weights
         message = (f"does not fit: KV cache, state and compute alone need {size_text(est.without_weights)} "
                    f"+ {keep} but {size_text(avail)} RAM is available")
-    advice: list[str] = []
+    advice: list[FitAdvice] = []
     if verdict != FITS:
         if est.weights >= est.without_weights:
-            advice.append(f"a smaller quant: the weights alone are {size_text(est.weights)}")
+            advice.append(FitAdvice("smaller_quant", weights=est.weights))
         if est.n_parallel > 1:
-            advice.append(f"fewer parallel sequences: -np {est.n_parallel} multiplies the KV cache and state")
+            advice.append(FitAdvice("fewer_parallel", n_parallel=est.n_parallel))
     gpus = []
     for i, g in enumerate(system.gpus):
         if tensors is not None and n_layer > 0:
@@ -396,13 +403,6 @@ def table_contexts(context_length: int, chosen: int) -> list[int]:
     return sorted(ctxs)
 
 
-def _agent_note(n_ctx: int) -> str:
-    """What a shorter context costs agent clients, on the same advice line."""
-    if n_ctx >= AGENT_CTX:
-        return ""
-    return f" (too short for agent clients such as Hermes Agent, which need -c {AGENT_CTX})"
-
-
 def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int = 1,
                cache_type: str = ENGINE_CACHE_TYPE, *, ubatch: int = DEFAULT_UBATCH, system: SystemMemory | None = None,
                margin: int = DEFAULT_MARGIN, tensors: Mapping[str, Any] | None = None) -> FitReport:
@@ -421,10 +421,9 @@ def fit_report(cfg: ModelConfig, weight_bytes: int, n_ctx: int, n_parallel: int 
     advice = list(verdict.advice)
     if verdict.verdict != FITS:
         if 0 < best < n_ctx:
-            advice.insert(0, f"a shorter context: -c {best} fits entirely in RAM{_agent_note(best)}")
+            advice.insert(0, FitAdvice("shorter_context", n_ctx=best))
         elif verdict.verdict == NO_FIT and 0 < best_paging < n_ctx:
-            advice.insert(0, f"a shorter context: -c {best_paging} fits with the weights paging from disk"
-                             f"{_agent_note(best_paging)}")
+            advice.insert(0, FitAdvice("shorter_context", n_ctx=best_paging, paging=True))
     verdict = FitVerdict(verdict.verdict, verdict.message, advice, verdict.needed, verdict.available,
                          verdict.gpus)
     return FitReport(est, verdict, rows, best, best_paging, system, cfg.context_length, margin)

@@ -7,6 +7,8 @@ from clover_runtime.errors import HubError
 from clover_runtime.hub import DEFAULT_REPO, ModelRef, looks_like_path, parse_model_ref
 from clover_runtime.hub.select import Ambiguous, choose, first_shards, matches, quant_of, shards_of
 
+from clover_cli.advice import hint_for
+
 INVALID = "invalid model reference '{}', expected <user>/<model>[:quant]"
 
 
@@ -114,7 +116,7 @@ def test_ambiguous_tag_lists_the_files_and_asks_for_file() -> None:
     with pytest.raises(Ambiguous) as err:
         choose(LISTING, "acme/Clover", "Q4_K_M", None)
     assert err.value.message == "2 files match Q4_K_M in acme/Clover: Clover-Q4_K_M.gguf, Clover-UD-Q4_K_M.gguf"
-    assert err.value.hint == "choose one with --file NAME"
+    assert err.value.needs == "file" and hint_for(err.value) == "choose one with --file NAME"
     assert choose(LISTING, "acme/Clover", "UD-Q4_K_M", None)[0] == "Clover-UD-Q4_K_M.gguf"
     assert choose(LISTING, "acme/Clover", "Q4_K_M", "Clover-Q4_K_M.gguf") == ("Clover-Q4_K_M.gguf",
                                                                              "file Clover-Q4_K_M.gguf")
@@ -125,9 +127,10 @@ def test_a_miss_lists_the_quants_and_files() -> None:
         choose(LISTING, "acme/Clover", "Q6_K", None)
     assert err.value.message == ("no Q6_K file in repository acme/Clover; available quants: BF16, Q4_K_M, Q4_K_S, "
                                  "Q5_K_M, Q8_0, UD-Q4_K_M")
-    assert err.value.hint == ("files: Clover-Q4_K_M.gguf, Clover-UD-Q4_K_M.gguf, Clover-Q4_K_S.gguf, "
-                              "Clover.Q5_K_M.gguf, Q8_0/Clover-Q8_0-00001-of-00003.gguf, "
-                              "BF16/Clover-00001-of-00002.gguf (pick one with :QUANT or --file NAME)")
+    assert err.value.needs == "quant_or_file"
+    assert hint_for(err.value) == ("files: Clover-Q4_K_M.gguf, Clover-UD-Q4_K_M.gguf, Clover-Q4_K_S.gguf, "
+                                   "Clover.Q5_K_M.gguf, Q8_0/Clover-Q8_0-00001-of-00003.gguf, "
+                                   "BF16/Clover-00001-of-00002.gguf (pick one with :QUANT or --file NAME)")
     with pytest.raises(HubError) as err:
         choose(LISTING, "acme/Clover", None, "nope.gguf")
     assert err.value.message == "file 'nope.gguf' not found in repository acme/Clover"

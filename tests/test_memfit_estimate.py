@@ -12,6 +12,7 @@ from clover_runtime.memory_fit import (
     FITS,
     NO_FIT,
     PAGING,
+    FitAdvice,
     GiB,
     GpuMemory,
     SystemMemory,
@@ -32,6 +33,7 @@ from clover_runtime.model_config import describe
 from clover_runtime.synth import SynthSpec
 from inspect_helpers import real_shape_path, write_model
 
+from clover_cli.advice import fit_advice_text, fit_hint
 from clover_cli.fit_table import gpu_fit_text
 
 
@@ -91,7 +93,7 @@ def test_assess_verdicts(tiny):
     exact = SystemMemory(64 * GiB, est.total + GiB)
     assert assess(est, exact).verdict == FITS
     paging = assess(est, SystemMemory(64 * GiB, est.total + GiB - 1))
-    assert paging.verdict == PAGING and any("smaller quant" in a for a in paging.advice)
+    assert paging.verdict == PAGING and FitAdvice("smaller_quant", weights=10 * GiB) in paging.advice
     none = assess(est, SystemMemory(64 * GiB, est.without_weights + GiB - 1))
     assert none.verdict == NO_FIT and not none.fits
 
@@ -118,8 +120,9 @@ def test_fit_report_table_and_advice(real):
     assert [r.chosen for r in rep.rows].count(True) == 1
     assert rep.largest_context == 8192
     assert rep.verdict.verdict == PAGING
-    assert rep.verdict.advice[0] == ("a shorter context: -c 8192 fits entirely in RAM (too short for agent "
-                                     "clients such as Hermes Agent, which need -c 65536)")
+    assert rep.verdict.advice[0] == FitAdvice("shorter_context", n_ctx=8192)
+    assert fit_advice_text(rep.verdict.advice[0]) == ("a shorter context: -c 8192 fits entirely in RAM (too short "
+                                                      "for agent clients such as Hermes Agent, which need -c 65536)")
     assert rep.to_json()["table"][2]["n_ctx"] == 20000
 
 
@@ -127,8 +130,9 @@ def test_shorter_context_advice_mentions_agent_clients_only_below_64k(real):
     cfg, weights = real
     roomy = SystemMemory(256 * GiB, estimate(cfg, weights, 98304).total + GiB)
     rep = fit_report(cfg, weights, 131072, system=roomy)
-    assert rep.verdict.advice[0] == "a shorter context: -c 98304 fits entirely in RAM"
-    assert len(rep.verdict.hint.splitlines()) == 1
+    assert fit_advice_text(rep.verdict.advice[0]) == "a shorter context: -c 98304 fits entirely in RAM"
+    assert len(fit_hint(rep.verdict.advice).splitlines()) == 1
+    assert fit_advice_text(rep.to_json()["verdict"]["advice"][0]) == fit_advice_text(rep.verdict.advice[0])
 
 
 def test_table_contexts_capped():
@@ -238,4 +242,6 @@ def test_single_setting_table_for_run_and_serve(real):
     assert row[0] == "*65,536" and " ".join(row[-3:]) == "does not fit"
     assert f"{4 * 65536 * 20480 / GiB:.2f}" == row[3] == "5.00"  # KV cache column in GiB
     assert lines[3] == f"verdict  {verdict.message}"
-    assert verdict.hint is not None and verdict.hint.startswith("try a smaller quant")
+    hint = fit_hint(verdict.advice)
+    assert hint is not None and hint.startswith("try a smaller quant")
+    assert "advice   fewer parallel sequences: -np 4 multiplies the KV cache and state" in lines

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,29 +16,7 @@ import pexpect
 import pytest
 from serve_helpers import fixed_reply_model
 from synth_models import tiny_model_path
-
-COLS, ROWS = 100, 40
-
-
-def _env(home: Path) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "NO_COLOR": "1",
-           "PYTHONIOENCODING": "utf-8", "COLUMNS": str(COLS), "TERM": "xterm"}
-    for var in ("CLOVER_DEBUG", "CLOVER_HOME"):
-        env.pop(var, None)
-    return env
-
-
-def _as_a_terminal_starts_it() -> None:
-    """A shell starts a foreground program with SIGINT at its default and unblocked; a test worker may
-    have it ignored or blocked (both survive exec), and then Ctrl-C at the prompt would do nothing."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-def _spawn(args: list[str], home: Path) -> pexpect.spawn:
-    return pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", *args], env=_env(home), encoding="utf-8",
-                         codec_errors="replace", timeout=120, dimensions=(ROWS, COLS),
-                         preexec_fn=_as_a_terminal_starts_it)
+from terminal_helpers import COLS, screen, spawn_run, terminal_env
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +29,7 @@ def _prompt(child: pexpect.spawn) -> None:
 
 
 def test_set_validates_and_show_params_lists_what_set_takes(model: str, tmp_path: Path) -> None:
-    child = _spawn([model, "-n", "8", "--no-think", "--temp", "0"], tmp_path)
+    child = spawn_run([model, "-n", "8", "--no-think", "--temp", "0"], tmp_path)
     try:
         _prompt(child)
         for line, answer in (("/set threshold 1.5", "bad value for threshold: 1.5 is not a number above 0, at most 1"),
@@ -85,7 +61,7 @@ def test_set_validates_and_show_params_lists_what_set_takes(model: str, tmp_path
 
 
 def test_ctrl_c_clears_the_line_and_history_outlives_the_session(model: str, tmp_path: Path) -> None:
-    child = _spawn([model, "-n", "4", "--no-think", "--temp", "0"], tmp_path)
+    child = spawn_run([model, "-n", "4", "--no-think", "--temp", "0"], tmp_path)
     try:
         _prompt(child)
         child.send("half a thought")
@@ -112,7 +88,7 @@ def test_ctrl_c_clears_the_line_and_history_outlives_the_session(model: str, tmp
     history = tmp_path / "data" / "clover" / "history"
     assert history.read_text(encoding="utf-8").splitlines()[-2:] == ["/set temperature 0.25", "/bye"]
 
-    child = _spawn([model, "-n", "4", "--no-think", "--temp", "0"], tmp_path)  # a new session
+    child = spawn_run([model, "-n", "4", "--no-think", "--temp", "0"], tmp_path)  # a new session
     try:
         _prompt(child)
         child.send("\x1b[A\x1b[A")  # arrow up twice: the line before /bye, from the last session
@@ -134,7 +110,7 @@ def test_ctrl_c_clears_the_line_and_history_outlives_the_session(model: str, tmp
 def test_reasoning_budget_and_set_think(model: str, tmp_path: Path) -> None:
     """--reasoning-budget 0 is --no-think (llama.cpp's meaning); /set think turns reasoning back on."""
     base = [model, "Hello there", "-n", "6", "--decode", "ar", "--json", "--temp", "0"]
-    env = _env(tmp_path)
+    env = terminal_env(tmp_path)
 
     def run(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "clover_cli", "run", *base, *extra], capture_output=True,
@@ -147,7 +123,7 @@ def test_reasoning_budget_and_set_think(model: str, tmp_path: Path) -> None:
     bad = run("--reasoning-budget", "100")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --reasoning-budget 100: clover takes -1")
 
-    child = _spawn([model, "-n", "6", "--decode", "ar", "--temp", "0", "--reasoning-budget", "0"], tmp_path)
+    child = spawn_run([model, "-n", "6", "--decode", "ar", "--temp", "0", "--reasoning-budget", "0"], tmp_path)
     try:
         _prompt(child)
         child.sendline("Hello there")
@@ -173,25 +149,17 @@ def _ask_then_leave(child: pexpect.spawn, line: str, *, before_stats: str | None
     child.expect(pexpect.EOF)
 
 
-def _screen(raw: str) -> list[str]:
-    import pyte
-
-    screen = pyte.Screen(COLS, ROWS)
-    pyte.Stream(screen).feed(raw)
-    return screen.display
-
-
 def test_visual_mode_leaves_the_whole_reply_on_screen(tmp_path: Path) -> None:
     """A reply of several blocks and several lines: once it is done, the terminal (emulated with
     pyte) shows all of it, as the same reply without --visual does, not only the last block."""
     model = str(fixed_reply_model("tick tock, ", endless=True))
     args = [model, "-n", "120", "--no-think", "--decode", "diffusion", "--temp", "0"]
     answer = subprocess.run([sys.executable, "-m", "clover_cli", "run", *args, "Count the time", "--json"],
-                            capture_output=True, text=True, env=_env(tmp_path), timeout=180)
+                            capture_output=True, text=True, env=terminal_env(tmp_path), timeout=180)
     reply = json.loads(answer.stdout)["content"]
     assert len(reply) > 2 * COLS, reply  # the premise: it wraps over several lines
 
-    child = _spawn([*args, "--visual"], tmp_path)
+    child = spawn_run([*args, "--visual"], tmp_path)
     log = io.StringIO()
     child.logfile_read = log
     try:
@@ -202,8 +170,7 @@ def test_visual_mode_leaves_the_whole_reply_on_screen(tmp_path: Path) -> None:
     raw = log.getvalue()
     plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", raw)
     assert len(re.findall(r"block \d+\s+pass \d+\s+masked \d+", plain)) > 3, "no live block was drawn"
-    screen = _screen(raw)
-    text = "".join(screen)
+    text = "".join(screen(raw))
     start = text.index("Count the time") + len("Count the time")
     shown = text[start:text.index("[ prompt")]
     assert " ".join(shown.split()) == " ".join(reply.split())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,35 +13,19 @@ from pathlib import Path
 
 import pexpect
 from serve_helpers import fixed_reply_model
+from terminal_helpers import screen, spawn_run, terminal_env
 
-COLS, ROWS = 100, 40
 CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
         "</tool_call>")
 NOTE = 'the model tried to call get_weather(city="Oslo"); no tools were given'
 TAGS = re.compile(r"<tool_call>|</tool_call>|<function=|</function>|<parameter=|</parameter>|<\|")
 
 
-def _env(home: Path) -> dict[str, str]:
-    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "NO_COLOR": "1",
-           "PYTHONIOENCODING": "utf-8", "COLUMNS": str(COLS), "TERM": "xterm"}
-    for var in ("CLOVER_DEBUG", "CLOVER_HOME"):
-        env.pop(var, None)
-    return env
-
-
 def _run(args: list[str], home: Path) -> subprocess.CompletedProcess:
     res = subprocess.run([sys.executable, "-m", "clover_cli", "run", *args], input="", capture_output=True,
-                         text=True, encoding="utf-8", env=_env(home), timeout=300)
+                         text=True, encoding="utf-8", env=terminal_env(home), timeout=300)
     assert res.returncode == 0, res.stderr
     return res
-
-
-def _screen(raw: str) -> list[str]:
-    import pyte
-
-    screen = pyte.Screen(COLS, ROWS)
-    pyte.Stream(screen).feed(raw)
-    return [line.rstrip() for line in screen.display]
 
 
 def test_a_tool_call_without_tools_is_a_note_on_stdout_and_in_json(tmp_path: Path) -> None:
@@ -72,10 +55,8 @@ def test_the_repl_shows_the_note_and_the_visual_block_no_end_of_text(tmp_path: P
     the tokens as they resolve, markup included, until it is erased) shows the end-of-text at its
     last positions as blank."""
     model = str(fixed_reply_model(CALL))
-    child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", model, "--visual", "--no-think", "--temp", "0",
-                                           "--decode", "diffusion", "--no-verify", "-n", "64"],
-                          env=_env(tmp_path), encoding="utf-8", codec_errors="replace", timeout=180,
-                          dimensions=(ROWS, COLS))
+    child = spawn_run([model, "--visual", "--no-think", "--temp", "0", "--decode", "diffusion", "--no-verify",
+                       "-n", "64"], tmp_path, timeout=180)
     log = io.StringIO()
     child.logfile_read = log
     try:
@@ -90,8 +71,8 @@ def test_the_repl_shows_the_note_and_the_visual_block_no_end_of_text(tmp_path: P
     plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", log.getvalue())
     assert re.search(r"block \d+\s+pass \d+\s+masked \d+", plain), "no live block was drawn"
     assert "<|" not in plain, plain  # no special token, not even in the live block
-    screen = _screen(log.getvalue())
-    assert NOTE in screen and TAGS.search("\n".join(screen)) is None, screen  # the block is gone, the note stays
+    shown = [line.rstrip() for line in screen(log.getvalue())]
+    assert NOTE in shown and TAGS.search("\n".join(shown)) is None, shown  # the block is gone, the note stays
 
 
 def test_one_shot_reasoning_and_stats_end_their_lines(tmp_path: Path) -> None:
@@ -103,15 +84,14 @@ def test_one_shot_reasoning_and_stats_end_their_lines(tmp_path: Path) -> None:
     assert doc["reasoning"] == "Add digit by digit." and doc["content"] == "Ones: 8 + 6 = 14."  # the premise
     piped = _run(args, tmp_path)
     assert piped.stdout == "Ones: 8 + 6 = 14.\n" and "Add digit" not in piped.stderr
-    child = pexpect.spawn(sys.executable, ["-m", "clover_cli", "run", *args], env=_env(tmp_path), encoding="utf-8",
-                          codec_errors="replace", timeout=180, dimensions=(ROWS, COLS))
+    child = spawn_run(args, tmp_path, timeout=180)
     log = io.StringIO()
     child.logfile_read = log
     try:
         child.expect(pexpect.EOF)
     finally:
         child.close()
-    lines = [line for line in _screen(log.getvalue()) if line]
+    lines = [line for line in (row.rstrip() for row in screen(log.getvalue())) if line]
     at = lines.index("Add digit by digit.")
     assert lines[at + 1] == "Ones: 8 + 6 = 14.", lines
     assert lines[at + 2].startswith("[ prompt "), lines

@@ -40,6 +40,9 @@ class BlockEvent:
 
 @dataclass
 class GenerationStats:
+    """One reply's exact counts and times, as the decoder kept them. Rates and ratios are derived in
+    one place, `text.reply.Timings.of(stats)`, which every front end renders."""
+
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prompt_ms: float = 0.0
@@ -61,30 +64,6 @@ class GenerationStats:
     diffusion_ms: float = 0.0
     auto_note: str = ""  # what `--decode auto` started with, and why (`auto.describe`)
     experts_history: list[float] = field(default_factory=list, repr=False)
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.generated_tokens / self.forwards if self.forwards else 0.0
-
-    @property
-    def passes_per_block(self) -> float:
-        return self.passes / self.blocks if self.blocks else 0.0
-
-    @property
-    def ar_per_second(self) -> float:
-        return self.ar_tokens / (self.ar_ms / 1e3) if self.ar_ms > 0 else 0.0
-
-    @property
-    def diffusion_per_second(self) -> float:
-        return self.diffusion_tokens / (self.diffusion_ms / 1e3) if self.diffusion_ms > 0 else 0.0
-
-    @property
-    def prompt_per_second(self) -> float:
-        return self.prompt_tokens / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
-
-    @property
-    def predicted_per_second(self) -> float:
-        return self.generated_tokens / (self.gen_ms / 1e3) if self.gen_ms > 0 else 0.0
 
 
 @dataclass(frozen=True)

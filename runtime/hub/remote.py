@@ -72,10 +72,11 @@ def auth_headers(token: str | None) -> dict[str, str]:
 
 
 def denied(repo: str, gated: bool) -> HubError:
-    hint = ("accept the conditions on the model page, then use a token of that account (--hf-token or HF_TOKEN)"
+    hint = ("accept the conditions on the model page, then use a token of that account"
             if gated else "the Hub answers 401 for private repositories and for names that do not exist: "
-                          "check the spelling, or pass a token with --hf-token or HF_TOKEN")
-    return HubError(f"access denied to {repo}: set HF_TOKEN or accept the licence at {endpoint()}/{repo}", hint)
+                          "check the spelling, or pass a token")
+    return HubError(f"access denied to {repo}: set HF_TOKEN or accept the licence at {endpoint()}/{repo}", hint,
+                    needs="token")
 
 
 def _is_network_error(exc: BaseException) -> bool:
@@ -99,7 +100,7 @@ def translate(exc: BaseException, repo: str, path: str | None = None) -> Excepti
         return denied(repo, gated=isinstance(exc, GatedRepoError))
     if isinstance(exc, RepositoryNotFoundError):
         return HubError(f"repository not found: {repo}",
-                        hint="check the name; private repos need HF_TOKEN or --hf-token")
+                        hint="check the name; private repos need a token", needs="token")
     if isinstance(exc, RevisionNotFoundError):
         return HubError(f"revision not found in {repo}: {exc.args[0].splitlines()[-1] if exc.args else ''}")
     if isinstance(exc, EntryNotFoundError):

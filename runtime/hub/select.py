@@ -16,7 +16,7 @@ _KNOWN_QUANT = re.compile(r"[-._]((?:UD-|I-)?(?:I?Q\d_[A-Z0-9_]+|Q\d_\d|TQ\d_\d|
 
 
 class Ambiguous(HubError):
-    """Several files match one tag: the user has to name one with --file."""
+    """Several files match one tag: the user has to name one (`needs` "file")."""
 
 
 def is_model_file(path: str) -> bool:
@@ -93,7 +93,7 @@ def choose(paths: Sequence[str], repo: str, quant: str | None, file: str | None)
             raise HubError(f"file '{file}' not found in repository {repo}", hint=f"GGUF files there: {files}")
         if len(hits) > 1:
             raise HubError(f"several files are named {file} in {repo}: {', '.join(hits)}",
-                           hint="give the path inside the repository with --file")
+                           needs="file_path")
         hit = hits[0]
         m = SPLIT_RE.match(hit.rsplit("/", 1)[-1])
         if m and int(m.group("no")) != 1:
@@ -105,10 +105,10 @@ def choose(paths: Sequence[str], repo: str, quant: str | None, file: str | None)
         hits = [p for p in models if matches(p, tag)]
         if len(hits) > 1:
             raise Ambiguous(f"{len(hits)} files match {tag} in {repo}: {', '.join(hits)}",
-                           hint="choose one with --file NAME")
+                           needs="file")
         if hits:
             return hits[0], (f"{tag}: {hits[0]}" if quant else f"no quant given, chose {tag}: {hits[0]}")
     if quant:
         raise HubError(f"no {quant.upper()} file in repository {repo}; available quants: {quants}",
-                       hint=f"files: {files} (pick one with :QUANT or --file NAME)")
+                       hint=f"files: {files}", needs="quant_or_file")
     return models[0], f"no quant given and no {' or '.join(DEFAULT_ORDER)} file, chose {models[0]}"
