@@ -17,6 +17,8 @@ from .completion import complete_model
 
 if TYPE_CHECKING:
     from clover_runtime.offload import OffloadRequest
+
+    from .model_setup import PreparedModel
 from .options import (
     CHAT,
     CONTEXT,
@@ -230,29 +232,20 @@ def command(
         _foreground(opts)
 
 
-@dataclass
-class Prepared:
-    path: Path
-    model_id: str
-    n_ctx: int  # total, over all parallel sequences: -c × -np
-    per_seq: int
-    model_ctx: int = 0  # the model's own context length
-
-
-def _prepare(opts: ServeOptions) -> Prepared:
+def _prepare(opts: ServeOptions) -> PreparedModel:
     """The shared model set-up (resolve, memory fit, refusal with the fit table) with -c per sequence,
-    as in run and inspect, so `clover inspect -c N -np P --fit` checks exactly what this runs."""
+    as in run and inspect, so `clover inspect -c N -np P --fit` checks exactly what this runs; the
+    model's name is `--alias` when given."""
     from .model_setup import prepare
 
     prep = prepare(opts.model, ctx=opts.ctx, parallel=opts.parallel, offline=opts.offline,
                    ctx_checkpoints=opts.ctx_checkpoints, offload=opts.offload)
-    return Prepared(path=prep.path, model_id=opts.alias or prep.model_id, n_ctx=prep.n_ctx * opts.parallel,
-                    per_seq=prep.n_ctx, model_ctx=prep.config.context_length)
+    return replace(prep, model_id=opts.alias or prep.model_id)
 
 
-def _child_args(opts: ServeOptions, prep: Prepared) -> list[str]:
+def _child_args(opts: ServeOptions, prep: PreparedModel) -> list[str]:
     """The foreground command the detached process runs (keys go through the environment)."""
-    args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.per_seq),
+    args = [str(prep.path), "--host", opts.host, "--port", str(opts.port), "-c", str(prep.n_ctx),
             "-np", str(opts.parallel), "--alias", prep.model_id, "-to", f"{opts.timeout:g}",
             "--max-queue", str(opts.max_queue), "--offline", "--ctx-checkpoints", str(opts.ctx_checkpoints),
             "--checkpoint-every", str(opts.checkpoint_every), "--shutdown-timeout", f"{opts.shutdown_timeout:g}"]
@@ -348,17 +341,17 @@ def _foreground(opts: ServeOptions) -> None:
     from .server.launch import bind, serve
 
     prep = _prepare(opts)
-    per_seq = prep.per_seq
+    per_seq = prep.n_ctx
     noun = "sequence" if opts.parallel == 1 else "sequences"
     console.info(f"model: {prep.model_id} ({prep.path})")
     console.info(f"context: {per_seq} tokens per sequence × {opts.parallel} parallel {noun} = "
-                 f"{prep.n_ctx} tokens in all (-c × -np)")
+                 f"{per_seq * opts.parallel} tokens in all (-c × -np)")
     if not service.is_loopback(opts.host) and not opts.api_keys:
         console.warn(f"listening on {opts.host} without an API key: anyone who can reach this machine "
                      "can use the model (set --api-key)")
     token = service.new_token()
     settings = ServerSettings(
-        model_id=prep.model_id, model_path=str(prep.path), n_ctx_slot=prep.per_seq, n_parallel=opts.parallel,
+        model_id=prep.model_id, model_path=str(prep.path), n_ctx_slot=per_seq, n_parallel=opts.parallel,
         max_queue=opts.max_queue, api_keys=opts.api_keys, cors_origins=opts.cors_origins,
         host=opts.host, allowed_hosts=opts.allowed_hosts, webui=opts.webui,
         timeout_s=opts.timeout, decode=opts.decode, threshold=opts.threshold,
@@ -401,7 +394,7 @@ def _foreground(opts: ServeOptions) -> None:
         console.out().print(f"listening on {url} ({where})", markup=False, highlight=False)
         console.out().print(client_line(opts.host, port, prep.model_id, per_seq, bool(opts.api_keys)),
                             markup=False, highlight=False)
-        if per_seq < AGENT_CTX <= prep.model_ctx:
+        if per_seq < AGENT_CTX <= prep.config.context_length:
             console.info(f"agent clients such as Hermes Agent need {AGENT_CTX} tokens per request: -c {AGENT_CTX}")
 
     try:
