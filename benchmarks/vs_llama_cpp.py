@@ -1,16 +1,26 @@
-"""clover and llama.cpp side by side on one real-shape file: pp512 and tg128 (optionally at a depth), and their ratio.
+"""clover and llama.cpp side by side on real-shape files: pp and tg rows at two depths, the time per
+layer, and the full 40-layer model extrapolated from them.
 
-The file (hidden 2048, 256 experts x 512, top-8, the real GDN/attention layout, a few layers,
-architecture `qwen35moe` so both engines read it) is written by the synthetic generator on first
-use. Each engine runs in its own subprocess (so peak RSS is its own), one after the other, within
-one invocation: compare the ratio, not absolute times, on a shared machine. llama.cpp comes from
-`pip install llama-cpp-python`; without it that half is skipped with a message.
+The files (hidden 2048, 256 experts x 512, top-8, the real GDN/attention layout, 4 and 8 layers,
+architecture `qwen35moe` so both engines read them) are written by the synthetic generator on
+first use. A 4-layer file is dominated by the 248K-row head, so one depth hides the layers: the
+time per token at L layers is a + b*L, b is the time per layer from the two depths, and the full
+model's time is a + 40b.
 
-    python benchmarks/vs_llama_cpp.py [--threads 2] [--layers 4] [-p 512] [-n 128] [-r 3] [-d 4096]
+llama.cpp runs as users run it: `llama-bench` with its defaults (weights repacked for the SIMD
+width, `repack 1`), found with `--llama-bench PATH`, `$LLAMA_BENCH` or on PATH; without it the
+`llama-cpp-python` bindings (repacked too unless `--llama-plain-bufts`). Where the VM lists AMX but
+its tile instructions fault, build llama.cpp with `-DGGML_NATIVE=OFF -DGGML_AVX512=ON
+-DGGML_AVX512_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF`.
 
-`-d N` decodes after N tokens already in context (llama-bench's `-d`: `tg128 @ d4096`), prefilled
-outside the timing: clover prefills once and rolls its state back before each repetition, llama.cpp
-prefills again (its recurrent GDN memory cannot be cut back to a position).
+Each engine runs in its own subprocess (so peak RSS is its own), interleaved round by round within
+one invocation: compare the ratios, not absolute times, on a shared machine.
+
+    python benchmarks/vs_llama_cpp.py [--threads 1 2] [--layers 4 8] [--quant Q4_K Q4_K_M]
+                                      [-p 512] [-n 128] [--rounds 3] [-d 16384]
+
+`-d N` decodes after N tokens already in context (llama-bench's `-d`: `tg128 @ d16384`), prefilled
+outside the timing.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,11 +103,12 @@ def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backe
 
 def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_bufts: bool,
            depth: int = 0) -> dict:
+    """The bindings' fallback when no llama-bench binary is found (repacked weights unless told)."""
     import llama_cpp
     import llama_cpp.llama as llama_module
     from llama_cpp import Llama
 
-    if not extra_bufts:  # llama.cpp's AMX/repacked weight buffers crash in some VMs: plain CPU buffers
+    if not extra_bufts:  # --llama-plain-bufts: plain CPU buffers, no repacking
         default = llama_cpp.llama_model_default_params
 
         def params():
@@ -140,11 +152,10 @@ def _measure(pp, tg, n_prompt: int, n_gen: int, reps: int, warm) -> dict:
 
 
 def _worker(args: argparse.Namespace) -> None:
-    if args.worker in ("clover", "clover-exact"):
-        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend, args.worker == "clover-exact",
-                      args.d)
+    if args.worker == "clover":
+        out = _clover(args.model, args.threads, args.p, args.n, args.r, args.backend, depth=args.d)
     else:
-        out = _llama(args.model, args.threads, args.p, args.n, args.r, args.llama_extra_bufts, args.d)
+        out = _llama(args.model, args.threads, args.p, args.n, args.r, not args.llama_plain_bufts, args.d)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -242,11 +253,11 @@ def for_llama_cpp(src: Path, dst: Path, sections: tuple[int, ...] = (11, 11, 10,
     return dst
 
 
-def _run_worker(kind: str, args: argparse.Namespace, model: Path) -> dict | None:
-    cmd = [sys.executable, __file__, "--worker", kind, "--model", str(model), "--threads", str(args.threads),
+def _run_worker(kind: str, args: argparse.Namespace, model: Path, threads: int) -> dict | None:
+    cmd = [sys.executable, __file__, "--worker", kind, "--model", str(model), "--threads", str(threads),
            "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-d", str(args.d), "--backend", args.backend]
-    if args.llama_extra_bufts:
-        cmd.append("--llama-extra-bufts")
+    if args.llama_plain_bufts:
+        cmd.append("--llama-plain-bufts")
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep the caller's too
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     for line in proc.stdout.splitlines():
@@ -254,6 +265,31 @@ def _run_worker(kind: str, args: argparse.Namespace, model: Path) -> dict | None
             return json.loads(line[7:])
     print(f"{kind} failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
     return None
+
+
+def _llama_bench(binary: str, args: argparse.Namespace, model: Path, threads: int) -> dict | None:
+    """llama-bench with its defaults (repacked weights), `-o json`; its own warm-up run is untimed."""
+    cmd = [binary, "-m", str(model), "-p", str(args.p), "-n", str(args.n), "-t", str(threads), "-r", str(args.r),
+           "-o", "json"]
+    if args.d:
+        cmd += ["-d", str(args.d)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        tests = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        print(f"llama-bench failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    pp = next((t for t in tests if t["n_prompt"] and not t["n_gen"]), None)
+    tg = next((t for t in tests if t["n_gen"]), None)
+    if pp is None or tg is None:
+        return None
+    return {"pp_ts": pp["samples_ts"], "tg_ts": tg["samples_ts"], "peak_rss": 0,
+            "repack": bool(tg.get("repack", True)), "build": tg.get("build_commit", "")}
+
+
+def _llama_bench_binary(given: str | None) -> str | None:
+    path = given or os.environ.get("LLAMA_BENCH") or shutil.which("llama-bench")
+    return path if path and Path(path).exists() else None
 
 
 def _llama_installed() -> bool:
@@ -264,64 +300,125 @@ def _llama_installed() -> bool:
     return True
 
 
+def _ms_per_token(ts: list[float]) -> float:
+    return 1e3 / statistics.median(ts)
+
+
+def extrapolate(ms_by_layers: dict[int, float], full: int = 40) -> tuple[float, float]:
+    """(ms per layer, ms per token of the `full`-layer model) from the times at two depths: the
+    time per token is a + b * layers (the head, embedding and sampling are a; each layer adds b)."""
+    (l0, t0), (l1, t1) = sorted(ms_by_layers.items())[:1] + sorted(ms_by_layers.items())[-1:]
+    per_layer = (t1 - t0) / (l1 - l0)
+    return per_layer, t0 + (full - l0) * per_layer
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", "-t", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--quant", default="Q4_K")
+    ap.add_argument("--threads", "-t", type=int, nargs="+", default=[2])
+    ap.add_argument("--layers", type=int, nargs="+", default=[4, 8])
+    ap.add_argument("--quant", nargs="+", default=["Q4_K"])
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("-r", type=int, default=2, help="repetitions inside each engine's run")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved runs of both engines (medians over all)")
     ap.add_argument("-d", type=int, default=0, help="tokens already in context for the tg test (llama-bench -d)")
+    ap.add_argument("--full-layers", type=int, default=40, help="the depth to extrapolate to (the real model: 40)")
     ap.add_argument("--backend", default="numba")
-    ap.add_argument("--model", default=None, help="use this file instead of the generated one")
-    ap.add_argument("--llama-extra-bufts", action="store_true",
-                    help="let llama.cpp use its AMX/repacked weight buffers (they crash in some VMs)")
-    ap.add_argument("--with-exact", action="store_true",
-                    help="also run clover with --exact-kernels (the float kernels) in the same invocation")
-    ap.add_argument("--worker", choices=("clover", "clover-exact", "llama"), help=argparse.SUPPRESS)
+    ap.add_argument("--model", default=None, help="use this one file instead of the generated ones")
+    ap.add_argument("--llama-bench", default=None, help="llama-bench binary (default: $LLAMA_BENCH, then PATH)")
+    ap.add_argument("--llama-plain-bufts", action="store_true",
+                    help="bindings only: plain CPU weight buffers instead of llama.cpp's repacked ones")
+    ap.add_argument("--worker", choices=("clover", "llama"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
+        args.threads = args.threads[0]
         _worker(args)
         return
-    model = Path(args.model) if args.model else _model_path(args.layers, args.quant)
-    if args.model and _llama_installed():
-        from clover_runtime.gguf_file import open_gguf
-
-        meta = open_gguf(model).metadata
-        if f"{meta['general.architecture']}.rope.dimension_sections" not in meta:
-            patched = model.with_name(model.stem + "-llama.gguf")
-            if not patched.exists():
-                for_llama_cpp(model, patched)
-            model = patched
-    size = model.stat().st_size
+    bench_bin = _llama_bench_binary(args.llama_bench)
+    llama = "llama-bench" if bench_bin else ("bindings" if _llama_installed() else None)
+    if llama is None:
+        print("llama.cpp not found: skipping it (build llama-bench and pass --llama-bench PATH, or "
+              "pip install llama-cpp-python)\n")
+    files: dict[tuple[str, int], Path] = {}
+    for quant in args.quant:
+        for layers in ([0] if args.model else args.layers):
+            files[quant, layers] = _prepared(Path(args.model), llama) if args.model else _model_path(layers, quant)
     tg_name = f"tg{args.n}" + (f" @ d{args.d}" if args.d else "")
-    print(f"model {model.name} ({size / 2**30:.2f} GiB), threads {args.threads}, "
-          f"pp{args.p} / {tg_name}, {args.r} repetitions (medians)\n")
-    rows = {"clover": _run_worker("clover", args, model)}
-    if args.with_exact:
-        rows["clover (exact kernels)"] = _run_worker("clover-exact", args, model)
-    if _llama_installed():
-        rows["llama.cpp"] = _run_worker("llama", args, model)
-    else:
-        print("llama-cpp-python is not installed: skipping llama.cpp (pip install llama-cpp-python)\n")
-    print(f"| engine | pp{args.p} t/s | {tg_name} t/s | peak RSS while decoding |")
-    print("|---|---|---|---|")
-    for name, r in rows.items():
-        if r is None:
-            print(f"| {name} | failed | failed | |")
-            continue
-        print(f"| {name} | {statistics.median(r['pp_ts']):.2f} | {statistics.median(r['tg_ts']):.2f} | "
-              f"{r['peak_rss'] / 2**20:.0f} MiB |")
-    c, ll = rows.get("clover"), rows.get("llama.cpp")
-    for name, r in rows.items():
-        if r and ll and name != "llama.cpp":
-            pp = statistics.median(r["pp_ts"]) / statistics.median(ll["pp_ts"])
-            tg = statistics.median(r["tg_ts"]) / statistics.median(ll["tg_ts"])
-            print(f"\nratio {name} / llama.cpp: pp{args.p} {pp:.2f}x, {tg_name} {tg:.2f}x")
-    if c:
-        over = (c["peak_rss"] - size) / 2**20
-        print(f"clover peak RSS - mapped file size: {over:.0f} MiB (target: KV/state + 300 MiB)")
+    where = f"llama-bench {bench_bin}" if bench_bin else (llama or "no llama.cpp")
+    print(f"pp{args.p} / {tg_name}, threads {args.threads}, {args.rounds} rounds x {args.r} repetitions "
+          f"(medians); llama.cpp: {where}\n")
+    runs: dict[tuple[str, int, int, str], list[dict]] = {}
+    for _ in range(args.rounds):
+        for (quant, layers), path in files.items():
+            for threads in args.threads:
+                engines = ["clover"] + ([llama] if llama else [])
+                for engine in engines:
+                    if engine == "llama-bench":
+                        r = _llama_bench(bench_bin, args, path, threads)
+                    else:
+                        r = _run_worker("clover" if engine == "clover" else "llama", args, path, threads)
+                    if r is not None:
+                        runs.setdefault((quant, layers, threads, engine), []).append(r)
+    _report(args, files, runs, llama, tg_name)
+
+
+def _pool(rs: list[dict], key: str) -> list[float]:
+    return [v for r in rs for v in r[key]]
+
+
+def _report(args: argparse.Namespace, files: dict, runs: dict, llama: str | None, tg_name: str) -> None:
+    print(f"| quant | layers | threads | clover pp{args.p} | llama.cpp pp{args.p} | ratio | clover {tg_name} | "
+          f"llama.cpp {tg_name} | ratio | clover peak RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (quant, layers), path in files.items():
+        for threads in args.threads:
+            c, ll = runs.get((quant, layers, threads, "clover")), runs.get((quant, layers, threads, llama))
+            if not c:
+                print(f"| {quant} | {layers or path.name} | {threads} | failed | | | | | | |")
+                continue
+            cpp, ctg = statistics.median(_pool(c, "pp_ts")), statistics.median(_pool(c, "tg_ts"))
+            lpp = statistics.median(_pool(ll, "pp_ts")) if ll else float("nan")
+            ltg = statistics.median(_pool(ll, "tg_ts")) if ll else float("nan")
+            rss = max(r["peak_rss"] for r in c) / 2**20
+            print(f"| {quant} | {layers or path.name} | {threads} | {cpp:.2f} | {lpp:.2f} | **{cpp / lpp:.2f}x** | "
+                  f"{ctg:.2f} | {ltg:.2f} | **{ctg / ltg:.2f}x** | {rss:.0f} MiB |")
+    depths = sorted({layers for _, layers in files})
+    if len(depths) < 2 or llama is None:
+        return
+    full = args.full_layers
+    print(f"\nper layer (from {depths[0]} and {depths[-1]} layers) and the {full}-layer model extrapolated:\n")
+    print(f"| quant | threads | test | clover ms/layer | llama.cpp ms/layer | ratio | clover {full}L t/s | "
+          f"llama.cpp {full}L t/s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for quant in args.quant:
+        for threads in args.threads:
+            for test, key in ((f"pp{args.p}", "pp_ts"), (tg_name, "tg_ts")):  # ms per (prompt) token
+                ms = {}
+                for engine in ("clover", llama):
+                    rs = {d: runs.get((quant, d, threads, engine)) for d in depths}
+                    if not all(rs.values()):
+                        break
+                    ms[engine] = extrapolate({d: _ms_per_token(_pool(r, key)) for d, r in rs.items()}, full)
+                if len(ms) < 2:
+                    continue
+                (cl, cf), (ll, lf) = ms["clover"], ms[llama]
+                print(f"| {quant} | {threads} | {test} | {cl:.3f} | {ll:.3f} | **{ll / cl:.2f}x** | "
+                      f"{1e3 / cf:.2f} | {1e3 / lf:.2f} | **{lf / cf:.2f}x** |")
+
+
+def _prepared(model: Path, llama: str | None) -> Path:
+    """A given file, with the header keys llama.cpp's loader needs added in a copy when missing."""
+    if llama is None:
+        return model
+    from clover_runtime.gguf_file import open_gguf
+
+    meta = open_gguf(model).metadata
+    if f"{meta['general.architecture']}.rope.dimension_sections" in meta:
+        return model
+    patched = model.with_name(model.stem + "-llama.gguf")
+    if not patched.exists():
+        for_llama_cpp(model, patched)
+    return patched
 
 
 if __name__ == "__main__":
