@@ -36,7 +36,7 @@ _FAST = ("fast",)
 # weight type -> (bytes per block, weights per block, activation block)
 INT_GEOMETRY = {Q4_0: (18, 32, 32), Q8_0: (34, 32, 32), Q4_K: (144, 256, 256), Q5_K: (176, 256, 256),
                 Q6_K: (210, 256, 256)}
-INT_ROWS = (4, 2, 1)  # activation rows per weight-row pass (4: the weights' integer vectors stay in registers)
+INT_ROWS = (8, 4, 2, 1)  # activation rows per weight-row pass (the weights' vectors stay in registers)
 
 
 @functools.cache

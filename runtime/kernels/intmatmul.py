@@ -31,7 +31,12 @@ def _igrouped(t, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_ex
             for o in range(item_row0[it], item_row1[it]):
                 p = e * expert_bytes + o * rb
                 r = rt
-                while rend - r >= 4:
+                while rend - r >= 8:
+                    v8 = idot_rows(t, 8, raw, p, n_blocks, xq, xd, xs, s0 + r)
+                    for i in range(8):
+                        yg[dest[s0 + r + i], o] = v8[i]
+                    r += 8
+                if rend - r >= 4:
                     v4 = idot_rows(t, 4, raw, p, n_blocks, xq, xd, xs, s0 + r)
                     for i in range(4):
                         yg[dest[s0 + r + i], o] = v4[i]
