@@ -26,15 +26,7 @@ def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     return x / np.sqrt(ss + F32(eps))
 
 
-COMPILED_FROM = 4096  # values per row from which the compiled activations beat numpy's passes
-
-
-def _act_for(x: np.ndarray) -> Any:
-    """The compiled activations when a row (everything after the first axis) is large enough, else
-    None (numpy). Chosen by the row's size, never the batch's, so a row rounds the same whether it
-    is decoded alone or in a batch (a verified commit must match AR's one-row steps bit for bit)."""
-    per_row = x.size // x.shape[0] if x.ndim > 1 and x.shape[0] else 0
-    return _compiled() if per_row >= COMPILED_FROM else None
+COMPILED_FROM = 4096  # values from which the compiled activations beat numpy's passes
 
 
 @functools.cache
@@ -49,10 +41,10 @@ def _compiled() -> Any:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^-x) without overflow for large |x|: e = e^-|x| ≤ 1, then 1/(1+e) or e/(1+e).
-    Large rows go to the compiled loop (numpy's float32 exp and five passes were ~8 % of a
+    Large arrays go to the compiled loop (numpy's float32 exp and five passes were ~8 % of a
     prefill)."""
     x = np.asarray(x, dtype=F32)
-    act = _act_for(x)
+    act = _compiled() if x.size >= COMPILED_FROM else None
     if act is not None:
         return act.sigmoid(x)
     e = np.exp(-np.abs(x))
@@ -66,7 +58,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=F32)
-    act = _act_for(x)
+    act = _compiled() if x.size >= COMPILED_FROM else None
     return act.silu(x) if act is not None else x * sigmoid(x)
 
 
