@@ -148,3 +148,34 @@ def test_fused_mixer_equals_the_step_by_step_layer(n):
     _close(S0, want_S)
     with pytest.raises(ValueError, match="inconsistent"):
         gdn_mixer(u, ring, taps, z[:, :2], b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)
+
+
+def test_fused_mixer_gives_the_same_bits_wherever_its_scratch_lands():
+    """Two kernel threads, one input, 3000 calls with the heap stirred between them: every output
+    is bit-identical (a sum in a loop that also stored took the vector or the scalar form by how
+    close malloc put the scratch arrays, and 7-22 of 3000 calls differed by an ulp; a verified
+    commit must round as AR's steps do, call after call)."""
+    from clover_runtime.kernels.jit import current_threads, set_threads
+
+    rng = np.random.default_rng(5)
+    hk, hv, dk, dv, K = 2, 4, 32, 32, 4
+    C = 2 * hk * dk + hv * dv
+    f32 = lambda *s, scale=1.0: (rng.standard_normal(s) * scale).astype(np.float32)  # noqa: E731
+    u, ring, taps, z = f32(1, C), f32(K - 1, C), f32(C, K, scale=0.5), f32(1, hv, dv)
+    b, a, dt = f32(1, hv), f32(1, hv), f32(hv)
+    ssm_a = -rng.uniform(0.1, 2.0, hv).astype(np.float32)
+    S0, norm_w = f32(hv, dk, dv, scale=0.5), f32(dv)
+    before = current_threads()
+    set_threads(2)
+    try:
+        want = gdn_mixer(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)[0]
+        held: list[np.ndarray] = []
+        differing = 0
+        for _ in range(3000):
+            held.append(np.empty(int(rng.integers(1, 400)), np.float32))
+            if len(held) > 50:
+                held.pop(int(rng.integers(0, len(held))))
+            differing += not np.array_equal(want, gdn_mixer(u, ring, taps, z, b, a, dt, ssm_a, S0, norm_w, 1e-6, hk)[0])
+    finally:
+        set_threads(before)
+    assert differing == 0, f"{differing} of 3000 calls rounded differently"

@@ -18,7 +18,7 @@ from .ops import rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
 
-KERNEL_ROWS = 8  # up to this many rows (decode, short commits) the compiled kernel reads the cache
+KERNEL_ROWS = 32  # up to a block of rows (decode, commits) the compiled kernel reads the cache
 _SCORE_BUDGET = 1 << 23  # float32 scores held at once (32 MiB): query rows are processed in slices
 
 

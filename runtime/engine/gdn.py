@@ -23,7 +23,7 @@ from .state import SequenceState
 from .weights import Weights
 
 CHUNK = 64  # rows per WY chunk
-RECURRENT_MAX_ROWS = 8  # up to this many rows the per-token loop is cheaper than the chunked form
+RECURRENT_MAX_ROWS = 32  # up to a block of rows the per-token loop (a verified commit then rounds as AR does)
 
 
 @dataclass

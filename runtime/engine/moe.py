@@ -62,7 +62,23 @@ def experts(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, routing: Routin
     else:
         gate, up = w.expert_products([m.gate, m.up], h, routing.ids, routes)
     down = w.expert_products([m.down], silu(gate) * up, routing.ids, routes)[0]
-    return np.matmul(routing.weights[:, None, :], down)[:, 0]
+    return weighted_sum(routing.weights, down)
+
+
+def weighted_sum(weights: np.ndarray, down: np.ndarray) -> np.ndarray:
+    """Σ_j weights[:, j] · down[:, j] in slot order, elementwise, so a row's sum does not depend on
+    how many rows share the call (a batched matmul would pick another summation order for n > 1,
+    and a verified block's commit must round exactly as AR's one-row steps do)."""
+    out = down[:, 0] * weights[:, 0, None]
+    for j in range(1, down.shape[1]):
+        out += down[:, j] * weights[:, j, None]
+    return out
+
+
+def row_dot(h: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """h (n, d) · v (d,) per row, summed along each row alone (BLAS's matrix-vector product sums in
+    another order than a one-row dot, so a row's gate would depend on the batch)."""
+    return np.add.reduce(h * v, axis=1)
 
 
 def shared_expert(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
@@ -72,7 +88,7 @@ def shared_expert(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
     act = silu(gate) * up
     out = m.shared_down.matmul(act)
     if m.shared_gate_inp is not None:
-        out *= sigmoid(h @ m.shared_gate_inp)[:, None]
+        out *= sigmoid(row_dot(h, m.shared_gate_inp))[:, None]
     return out
 
 

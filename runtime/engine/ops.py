@@ -26,9 +26,6 @@ def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     return x / np.sqrt(ss + F32(eps))
 
 
-COMPILED_FROM = 4096  # values from which the compiled activations beat numpy's passes
-
-
 @functools.cache
 def _compiled() -> Any:
     """The compiled activations (`kernels.act`), or None where numba does not import."""
@@ -41,10 +38,11 @@ def _compiled() -> Any:
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^-x) without overflow for large |x|: e = e^-|x| ≤ 1, then 1/(1+e) or e/(1+e).
-    Large arrays go to the compiled loop (numpy's float32 exp and five passes were ~8 % of a
-    prefill)."""
+    The compiled loop whenever numba imports (numpy's float32 exp and five passes were ~8 % of a
+    prefill), at every size: one form for every batch, so a row rounds the same decoded alone or
+    in a block (a verified commit must match AR's one-row steps bit for bit)."""
     x = np.asarray(x, dtype=F32)
-    act = _compiled() if x.size >= COMPILED_FROM else None
+    act = _compiled()
     if act is not None:
         return act.sigmoid(x)
     e = np.exp(-np.abs(x))
@@ -58,7 +56,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=F32)
-    act = _compiled() if x.size >= COMPILED_FROM else None
+    act = _compiled()
     return act.silu(x) if act is not None else x * sigmoid(x)
 
 

@@ -51,25 +51,31 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
                     else:
                         s[r * g + gi, j] = -np.inf
         for row in range(R):
+            # only the positions this row sees: its loops then run exactly as in a call of its own
+            # (a vectorised sum groups its terms by the trip count), whatever rows share the call
+            Lr = min(L, max(0, limits[row // g] - p0))
             sr = s[row]
             mx = -np.inf
-            for j in range(L):
+            for j in range(Lr):
                 mx = max(mx, sr[j])
             pm[h, c, row] = mx
             if mx == -np.inf:
                 pl[h, c, row] = 0.0
                 sr[:] = 0.0
                 continue
-            for j in range(L):
+            for j in range(Lr):
                 sr[j] = sr[j] - mx
-            exp_nonpositive_inplace(sr, e, bits)
+            exp_nonpositive_inplace(sr[:Lr], e[:Lr], bits[:Lr])
+            sr[Lr:] = 0.0
             tot = np.float32(0.0)
-            for j in range(L):
+            for j in range(Lr):
                 tot += sr[j]
             pl[h, c, row] = tot
-        for j in range(L):  # each value row read once, added into every query row
+        for j in range(L):  # each value row read once, added into every query row that sees it
             vr = V[h, p0 + j]
             for row in range(R):
+                if p0 + j >= limits[row // g]:
+                    continue
                 pj = s[row, j]
                 a = pacc[h, c, row]
                 for t in range(dv):
@@ -112,8 +118,10 @@ def attend_cache(q: np.ndarray, K: np.ndarray, V: np.ndarray, limits: np.ndarray
     m = int(limits.max(initial=0))
     if m > K.shape[1] or (n and limits.min() < 0):
         raise ValueError(f"limits must lie in 0..{K.shape[1]}")
-    items = max(1, 4 * current_threads() // kvh)  # a few items per thread to even out the load
-    chunk = max(MIN_CHUNK, -(-m // items))
+    # chunks cut by the cache's capacity, not by the rows' lengths: a row's chunks do not depend on
+    # the other rows of the call (a few items per thread even out the load at full length)
+    items = max(1, 4 * current_threads() // kvh)
+    chunk = max(MIN_CHUNK, -(-K.shape[1] // items))
     out = np.empty((n, heads, V.shape[2]), np.float32)
     _attend(q, K, V, m, limits, np.float32(1.0 / np.sqrt(d)), chunk, out)
     return out

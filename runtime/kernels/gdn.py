@@ -204,6 +204,10 @@ def _sigmoid(x):
 
 @njit(parallel=True, cache=True, fastmath={"contract", "nsz", "reassoc"})
 def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, norm_w, eps, nk, dk, y):
+    """Every float sum runs in a loop that stores nothing. A loop that stores is compiled twice,
+    vector and scalar, and picks one at run time by how close its arrays lie in memory; a sum's
+    order (and so its rounding) then hung on where malloc put this call's scratch, and one decode
+    of the same input differed from the next about one time in a thousand on two threads."""
     n, C = u.shape
     K = taps.shape[1]
     R = K - 1
@@ -238,19 +242,21 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
         ez = np.empty(dv, np.float32)
         bz = np.empty(dv, np.int32)
         for t in range(n):
-            ssq = np.float32(0.0)
-            ssk = np.float32(0.0)
             for i in range(dk):
                 q[i] = x[t, kh * dk + i]
                 k[i] = x[t, (nk + kh) * dk + i]
+            ssq = np.float32(0.0)
+            ssk = np.float32(0.0)
+            for i in range(dk):  # sums in loops that store nothing: see _gdn_mixer's docstring
                 ssq += q[i] * q[i]
                 ssk += k[i] * k[i]
             fq = inv_sqrt / np.float32(np.sqrt(ssq + np.float32(1e-6)))
             fk = np.float32(1.0) / np.float32(np.sqrt(ssk + np.float32(1e-6)))
-            qk = np.float32(0.0)
             for i in range(dk):
                 q[i] *= fq
                 k[i] *= fk
+            qk = np.float32(0.0)
+            for i in range(dk):
                 qk += q[i] * k[i]
             ad = a[t, h] + dt_bias[h]
             soft = max(ad, np.float32(0.0)) + np.float32(np.log1p(np.exp(-abs(ad))))
@@ -265,11 +271,12 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
                     sa[c] += ki * row[c]
                     sb[c] += qi * row[c]
             v0 = (2 * nk * dk) + h * dv
-            ms = np.float32(0.0)
             for c in range(dv):
                 ec = (x[t, v0 + c] - decay * sa[c]) * bt
                 sa[c] = ec
                 o[c] = decay * sb[c] + qk * ec
+            ms = np.float32(0.0)
+            for c in range(dv):
                 ms += o[c] * o[c]
             for i in range(dk):
                 ki = k[i]

@@ -22,7 +22,7 @@ import torch
 
 from ..engine import moe as host_moe
 from ..engine.attention import rope_tables
-from ..engine.gdn import CHUNK, RECURRENT_MAX_ROWS
+from ..engine.gdn import CHUNK
 from ..engine.layers import AttentionLayer, DeltaNetLayer, Layer, MoE, bind_head, bind_layers
 from ..engine.moe import Routing
 from ..engine.state import SequenceState
@@ -30,6 +30,8 @@ from ..engine.weights import Weights
 from ..model_config import ModelConfig
 from ..offload import is_routed_expert, layer_of
 from .group import DeviceGroup
+
+DEVICE_RECURRENT_MAX_ROWS = 8  # a device runs a block's rows in the chunked form (a Python step per row is slow there)
 
 F32 = torch.float32
 _SCORE_BUDGET = 1 << 23  # float32 attention scores held at once (32 MiB), as on the host
@@ -164,7 +166,7 @@ class DeviceLayers:
         n, kernel = h.shape[0], taps.shape[1]
         x = sum(xx[j:j + n] * taps[:, j] for j in range(kernel))
         q, k, v = self._heads(x)
-        step = _recurrent if n <= RECURRENT_MAX_ROWS else _chunked
+        step = _recurrent if n <= DEVICE_RECURRENT_MAX_ROWS else _chunked
         o, s_new = step(q, k, v, beta, g, s)
         if write:
             ring.copy_(xx[xx.shape[0] - ring.shape[0]:])
