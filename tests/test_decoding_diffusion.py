@@ -16,6 +16,7 @@ from clover_runtime.decoding import (
 )
 from clover_runtime.decoding.policy import (
     choose_decode_mode,
+    draft_window,
     fixed_count_reveal,
     logit_rows_for,
     low_confidence_reveal,
@@ -132,6 +133,26 @@ def test_verified_diffusion_writes_what_greedy_ar_writes(tiny, prompt: list[int]
     assert checked == ar and stats.corrections > 0
     _, unchecked, _ = _run(tiny, prompt, decode="diffusion", max_tokens=40, block_length=16, verify=False)
     assert unchecked != ar
+
+
+def test_draft_window_follows_what_the_commits_kept() -> None:
+    assert draft_window(32, 32, 32, None) == 32  # kept whole: stays (or grows to) the block
+    assert draft_window(32, 8, 8, None) == 16 and draft_window(32, 16, 16, None) == 32
+    assert draft_window(32, 32, 32, 0) == 8  # nothing kept: the next draft covers 8 positions
+    assert [draft_window(32, 32, 32, k) for k in (1, 2, 3, 20)] == [16, 24, 32, 32]
+    assert draft_window(4, 4, 4, 0) == 4 and draft_window(16, 8, 5, None) == 16
+
+
+def test_after_a_block_with_nothing_kept_the_next_drafts_eight_positions(tiny) -> None:
+    """Random weights: AR refuses most drafts at their first token, so the blocks after such a cut
+    draft (and compute logits for) eight positions, not the whole block; the text stays AR's."""
+    events, toks, stats = _run(tiny, PROMPT, decode="diffusion", max_tokens=30, block_length=32)
+    assert toks == list(generate_ar(tiny, PROMPT, max_tokens=30))
+    committed = {e.block: len(e.token_ids) for e in events if isinstance(e, BlockEvent)}
+    passes = [e for e in events if isinstance(e, PassEvent)]
+    assert max(r for e in passes if e.block == 0 for r in e.revealed) >= 8  # the first block drafts it all
+    after_nothing_kept = [e for e in passes if committed.get(e.block - 1) == 1]
+    assert after_nothing_kept and all(r < 8 for e in after_nothing_kept for r in e.revealed)
 
 
 def test_verified_diffusion_stops_where_greedy_ar_stops(tiny) -> None:

@@ -214,6 +214,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     history: Counter = Counter()
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
+    window = block_length  # positions a checked block drafts (`policy.draft_window`)
     clock = _Clock()
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
@@ -245,13 +246,14 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         block[:c] = carried
         masked = np.ones(size, dtype=bool)
         masked[:c] = False
+        end = min(size, c + window) if verify else size  # the draft covers positions c..end
         before = history - Counter(int(t) for t in carried)  # what AR's picks in this block are penalised by
         passes = 0
-        while masked.any():
+        while masked[:end].any():
             if cancel is not None and cancel.is_set():
                 stats.finish_reason = "cancelled"
                 return
-            positions = np.flatnonzero(masked)
+            positions = np.flatnonzero(masked[:end])
             rows, use_last = policy.logit_rows_for(positions.tolist(), shift)
             parts = []
             if use_last:
@@ -288,12 +290,16 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             if chooser is not None and masked.any() and not chooser.keep_drafting(len(reveal)):
                 block = policy.verified_draft(block, masked, c)
                 break
+        if len(block) > end:
+            block = block[:end].copy()  # the window's draft, without the masks past it
         carried = np.empty(0, dtype=np.int64)
         scored: list[TokenLogprob] | None = None
         if verify:
+            drafted = len(block) - c
             block, last_logits, cut_at, scored = _verified_commit(model, block, state, last_logits, before, sp, rng,
                                                                    stops, stats, start=c, logprobs=params.logprobs,
                                                                    con=con)
+            window = policy.draft_window(block_length, window, drafted, None if cut_at is None else cut_at - c)
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
@@ -379,7 +385,7 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     cut = policy.first_stop(block.tolist(), stops)
     n = len(block) if cut is None else cut + 1
     snapshot = state.copy()
-    rows = model.forward(block[:n], state)
+    rows = model.forward_rows(block[:n], state)  # logits computed as read: up to AR's first refusal
     stats.forwards += 1
     seen = history + Counter(int(t) for t in block[:start])
     scored: list[TokenLogprob] | None = [] if logprobs is not None else None

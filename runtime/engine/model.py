@@ -7,7 +7,7 @@ models and the 35B model run through the same code. Activations are float32 thro
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from .state import SequenceState
 from .weights import Weights
 
 PREFILL_CHUNK = 256
+HEAD_ROWS = 8  # rows of lazily read logits computed together (the integer kernels' widest pass)
 GDN_PREVIEW_MODES = ("auto", "causal", "clover")
 
 
@@ -36,6 +37,33 @@ class PreviewResult:
     experts_per_layer: list[int] = field(default_factory=list)  # distinct experts used, per layer
     rows: np.ndarray | None = None  # block rows the logits belong to
     gdn_preview: str = "causal"  # the GDN operator that ran ("causal" or "clover")
+
+
+class LazyLogits:
+    """The rows of a causal pass, their logits computed on first read (`Model.forward_rows`)."""
+
+    def __init__(self, model: Model, pieces: list[tuple[int, int, Any]]) -> None:
+        self._model = model
+        self._pieces = pieces
+        self._done: dict[int, np.ndarray] = {}
+        self.computed = 0  # rows whose logits were computed
+
+    def __len__(self) -> int:
+        return self._pieces[-1][1]
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Row i's logits (n_vocab,); a negative i counts from the end."""
+        n = len(self)
+        i = i + n if i < 0 else i
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} of {n}")
+        c0, c1, x = next(p for p in self._pieces if p[0] <= i < p[1])
+        first = i - (i - c0) % HEAD_ROWS
+        if first not in self._done:
+            end = min(c1, first + HEAD_ROWS)
+            self._done[first] = self._model.head_logits(x[first - c0:end - c0])
+            self.computed += end - first
+        return self._done[first][i - first]
 
 
 def _one_pass_at_a_time(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,10 +158,32 @@ class Model:
             if n > self.config.context_length:
                 raise ContextLengthError(n, self.config.context_length)
             state = self.new_state(max(1, n))
-        state.check_room(n)
         out = np.empty((min(n, 1) if last_only else n, self.n_vocab), dtype=np.float32)
+        for c0, c1, x in self._trunk(ids, state):
+            if not last_only:
+                out[c0:c1] = self._logits(x)
+            elif c1 == n:
+                out[0] = self._logits(x[-1:])[0]
+        return out
+
+    @_one_pass_at_a_time
+    def forward_rows(self, token_ids: Any, state: SequenceState) -> LazyLogits:
+        """`forward` whose logits are computed when first read, `HEAD_ROWS` rows at a time.
+
+        A verified commit reads its rows in order and stops at AR's first refusal; on a file whose
+        LM head dominates (248K rows), most of a 32-row commit was logits nobody read. Each row's
+        logits equal `forward`'s bit for bit (the head rounds a row alike in any batch)."""
+        ids = self._ids(token_ids)
+        if len(ids) == 0:
+            raise CloverError("forward_rows needs at least one token")
+        return LazyLogits(self, [(c0, c1, x) for c0, c1, x in self._trunk(ids, state)])
+
+    def _trunk(self, ids: np.ndarray, state: SequenceState) -> Iterator[tuple[int, int, Any]]:
+        """The causal layers over `ids` in aligned chunks, advancing `state`: (start, end, rows)."""
+        n = len(ids)
+        state.check_room(n)
         if n == 0:
-            return out
+            return
         state.prepare_write()
         self.weights.enter()
         for c0, c1 in chunk_bounds(state.n_past, n, self.prefill_chunk):
@@ -141,11 +191,12 @@ class Model:
             for i in range(self.config.n_layer):
                 x = self._causal_layer(i, x, state)
             state.n_past += c1 - c0
-            if not last_only:
-                out[c0:c1] = self._logits(x)
-            elif c1 == n:
-                out[0] = self._logits(x[-1:])[0]
-        return out
+            yield c0, c1, x
+
+    @_one_pass_at_a_time
+    def head_logits(self, x: Any) -> np.ndarray:
+        """The LM head (final norm, output matrix) over rows from `forward_rows`."""
+        return self._logits(x)
 
     def commit(self, token_ids: Any, state: SequenceState) -> np.ndarray:
         """Append a resolved block to `state` (a causal forward); returns the last row's logits (n_vocab,)."""
