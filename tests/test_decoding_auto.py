@@ -41,6 +41,29 @@ def simulate(chooser: AutoDecode, n_tokens: int, step_s: float, block: tuple[flo
     return out
 
 
+def simulate_blocks(chooser: AutoDecode, n_tokens: int, step_s: float,
+                    blocks: list[tuple[float, int]]) -> dict[str, float]:
+    """`simulate` with diffusion blocks taking their costs from `blocks` in turn."""
+    out = {"ar_s": 0.0, "ar_n": 0, "dg_s": 0.0, "dg_n": 0}
+    written = k = 0
+    while written < n_tokens:
+        choice = chooser.next()
+        if choice.mode == "ar":
+            n = min(choice.tokens, n_tokens - written)
+            chooser.record_ar(n * step_s, n)
+            out["ar_s"] += n * step_s
+            out["ar_n"] += n
+            written += n
+        else:
+            seconds, n = blocks[k % len(blocks)]
+            k += 1
+            chooser.record_block(seconds, n)
+            out["dg_s"] += seconds
+            out["dg_n"] += n
+            written += n
+    return out
+
+
 def chi2_sf(x: float, dof: int) -> float:
     """P(X >= x) for a chi-square variable: 1 - P(dof/2, x/2), the regularized lower incomplete
     gamma function by its power series (no scipy in the test environment)."""
@@ -132,8 +155,38 @@ def test_diffusion_that_starts_losing_hands_over_to_ar_and_probes_again() -> Non
     chooser.record_block(40.0, 2)
     assert chooser.next().mode == "ar"
     run = simulate(chooser, 8000, 1.0, (8.0, 32))  # and easy again: the next probe brings diffusion back
-    assert run["ar_n"] == math.ceil(2 * 38 / EXPLORE)  # the second loss in a row doubled the wait
+    # one lost block: after the first hard one the running estimate (seconds over tokens of the
+    # blocks, 0.89 s a token) was still below AR's 1 s; the second lost, and its excess (38 s) sets the wait
+    assert run["ar_n"] == math.ceil(38 / EXPLORE)
     assert run["dg_n"] + run["ar_n"] >= 8000
+
+
+def test_blocks_that_keep_few_and_many_tokens_are_priced_by_their_sums() -> None:
+    """The demo's blocks take ~13 ms each and keep 1 to 30 tokens (9 on average: 1.4 ms a token
+    against AR's 2.3 ms). Seconds over tokens keeps diffusion; the running mean of each block's
+    ratio (6.9 ms a token for blocks of 1 and 17) handed the replies to AR."""
+    chooser = AutoDecode(32, Costs(step_s=0.0023, pass_s=0.004))  # a cheap pass: diffusion at once
+    run = simulate_blocks(chooser, 600, 0.0023, [(0.013, 17), (0.013, 1)])
+    assert run["ar_n"] == 0 and chooser.relative() < 1
+
+
+def test_an_earlier_reply_s_estimate_outweighs_one_probe_block() -> None:
+    """A reply starts from what earlier ones measured (`Costs.relative`, `Costs.block_tokens`): a
+    first block that keeps one token does not send a file where diffusion wins back to AR."""
+    seed = Costs(step_s=0.0023, pass_s=0.0065, relative=0.6, block_tokens=8.0)
+    chooser = AutoDecode(32, seed)
+    assert chooser.next().mode == "diffusion"
+    chooser.record_block(0.013, 1)
+    assert chooser.next().mode == "diffusion" and chooser.relative() < 1
+    alone = AutoDecode(32, Costs(step_s=0.0023, pass_s=0.0065, relative=0.6))  # no weight recorded
+    alone.record_block(0.013, 1)
+    assert alone.next().mode == "ar"
+
+
+def test_ar_is_priced_by_its_typical_step_not_a_first_slow_one() -> None:
+    chooser = AutoDecode(32, None)
+    chooser.record_ar(4.7, 2, step_s=0.0023)  # the first step loaded kernels: 4.7 s
+    assert chooser.ar_spt == pytest.approx(0.0023) and chooser.waited == pytest.approx(4.7)
 
 
 def test_a_pass_is_worth_drafting_only_when_it_reveals_what_ar_writes_in_its_time() -> None:

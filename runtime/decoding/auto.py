@@ -19,17 +19,21 @@ CHEAP_PASS = 2.0  # a pass costing at most this many decode steps is probed at o
 WARM_TOKENS = 2  # AR tokens that time a decode step when nothing was measured before
 MAX_BACKOFF = 16
 ALPHA = 0.5  # weight of the newest measurement in the running estimates
+BLOCK_ALPHA = 0.25  # the same for diffusion blocks: a reply's blocks keep 1 to 30 tokens each, and its
+# last one (up to the stop) few; at 0.5 the estimate a reply left behind was mostly its last block
 
 
 @dataclass
 class Costs:
     """What this machine measured for a file, thread count and device: seconds of one decode step,
-    of one preview pass of a whole block, and diffusion's seconds per token relative to AR's on
-    earlier replies (None until a reply has compared them)."""
+    of one preview pass of a whole block, diffusion's seconds per token relative to AR's on
+    earlier replies (None until a reply has compared them) and the tokens a block committed on
+    them (the weight that estimate carries into the next reply)."""
 
     step_s: float
     pass_s: float
     relative: float | None = None
+    block_tokens: float | None = None
 
     @property
     def pass_steps(self) -> float:
@@ -43,8 +47,8 @@ class Choice:
     tokens: int = 0  # AR tokens to write before asking again
 
 
-def _ema(old: float | None, new: float) -> float:
-    return new if old is None else ALPHA * new + (1 - ALPHA) * old
+def _ema(old: float | None, new: float, alpha: float = ALPHA) -> float:
+    return new if old is None else alpha * new + (1 - alpha) * old
 
 
 class AutoDecode:
@@ -55,7 +59,15 @@ class AutoDecode:
         self.seed = seed
         self.ar_spt = seed.step_s if seed else None  # seconds per AR token
         self.pass_s = seed.pass_s if seed else None
-        self.dg_spt: float | None = None  # seconds per committed token of diffusion blocks, this sequence
+        # running seconds and tokens of a diffusion block, carried over from earlier replies: one
+        # probe block alone (1 to 30 tokens on the demo) said diffusion lost on replies it won
+        self.dg_s: float | None = None
+        self.dg_tokens: float | None = None
+        self.dg_spt: float | None = None  # their ratio: seconds per committed token of diffusion
+        if seed and seed.relative is not None and seed.block_tokens and seed.step_s > 0:
+            self.dg_tokens = seed.block_tokens
+            self.dg_s = seed.relative * seed.step_s * seed.block_tokens
+            self.dg_spt = self.dg_s / self.dg_tokens
         self.streak = 0
         self.waited = waited  # AR seconds since the last diffusion block (earlier replies' included)
         self.wait = self._first_wait()
@@ -77,10 +89,13 @@ class AutoDecode:
         due = math.ceil((self.wait - self.waited) / self.ar_spt)
         return Choice("ar", max(1, min(due, 8 * self.block_length)))
 
-    def record_ar(self, seconds: float, tokens: int) -> None:
+    def record_ar(self, seconds: float, tokens: int, step_s: float | None = None) -> None:
+        """An AR span wrote `tokens` in `seconds`; `step_s`, its typical step (the decoder gives
+        the lower median of its steps), prices AR: a process's first steps load kernels, and a
+        2-token span at 4.7 s made AR look 2,000 times dearer than it is, for good."""
         if tokens <= 0:
             return
-        self.ar_spt = _ema(self.ar_spt, seconds / tokens)
+        self.ar_spt = _ema(self.ar_spt, seconds / tokens if step_s is None else step_s)
         self.waited += seconds
 
     def record_pass(self, seconds: float) -> None:
@@ -88,8 +103,12 @@ class AutoDecode:
 
     def record_block(self, seconds: float, tokens: int) -> None:
         """A diffusion block (its passes and its commit) took `seconds` for `tokens` committed."""
-        spt = seconds / max(tokens, 1)
-        self.dg_spt = spt if self.waited > 0 else _ema(self.dg_spt, spt)  # a probe after AR judges afresh
+        self.dg_s = _ema(self.dg_s, seconds, BLOCK_ALPHA)
+        self.dg_tokens = _ema(self.dg_tokens, tokens, BLOCK_ALPHA)
+        # seconds over tokens of the running sums, not a running mean of each block's ratio: a block
+        # that kept 1 token and one that kept 20 take 2 blocks' time for 21 tokens, where the mean
+        # of their ratios said diffusion was 2.9x slower than AR on the demo (it is 1.6x faster)
+        self.dg_spt = self.dg_s / max(self.dg_tokens, 1e-9)
         self.waited = 0.0
         ar = self.ar_spt if self.ar_spt is not None else self.dg_spt
         if self.dg_spt <= ar:

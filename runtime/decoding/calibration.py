@@ -57,13 +57,14 @@ def _read() -> dict[str, Any]:
 def _costs(entry: Any) -> Costs | None:
     try:
         step, pas = float(entry["step_s"]), float(entry["pass_s"])
-        rel = entry.get("relative")
+        rel, tokens = entry.get("relative"), entry.get("block_tokens")
         rel = None if rel is None else float(rel)
+        tokens = None if tokens is None else float(tokens)
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
     if not (step > 0 and pas > 0) or (rel is not None and not rel > 0):
         return None
-    return Costs(step, pas, rel)
+    return Costs(step, pas, rel, tokens if tokens is not None and tokens > 0 else None)
 
 
 def load(model: Any) -> Costs | None:
@@ -98,7 +99,8 @@ def update(model: Any, costs: Costs) -> None:
         if not _drifted(old, costs):
             return
         data = _read()
-        data[key] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative}
+        data[key] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative,
+                     "block_tokens": costs.block_tokens}
         path = record_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ commit appends the block to the state. The LM head runs only for still-masked po
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import Counter
@@ -177,7 +178,9 @@ def _remember(model: Any, chooser: AutoDecode | None) -> None:
         return
     seed_rel = chooser.seed.relative if chooser.seed is not None else None
     rel = chooser.relative()
-    calibration.update(model, Costs(chooser.ar_spt, chooser.pass_s, rel if rel is not None else seed_rel))
+    seed_tokens = chooser.seed.block_tokens if chooser.seed is not None else None
+    calibration.update(model, Costs(chooser.ar_spt, chooser.pass_s, rel if rel is not None else seed_rel,
+                                    chooser.dg_tokens if chooser.dg_tokens is not None else seed_tokens))
 
 
 def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
@@ -222,11 +225,12 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         if choice is not None and choice.mode == "ar":
             n = min(choice.tokens, params.max_tokens - stats.generated_tokens)
             t0, n0 = clock.now(), stats.generated_tokens
+            steps: list[float] = []
             ended, carried, last_logits, block_index = yield from _ar_span(
                 model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock,
-                params.logprobs, con)
+                params.logprobs, con, steps)
             spent, added = clock.now() - t0, stats.generated_tokens - n0
-            chooser.record_ar(spent, added)
+            chooser.record_ar(spent, added, statistics.median_low(steps) if steps else None)
             stats.ar_tokens += added
             stats.ar_ms += spent * 1e3
             if ended:
@@ -328,12 +332,13 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
 def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n: int, history: Counter,
              sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int], stats: GenerationStats,
              block_index: int, cancel: threading.Event | None, clock: _Clock, logprobs: int | None = None,
-             con: Constraint | None = None,
+             con: Constraint | None = None, steps: list[float] | None = None,
              ) -> Generator[BlockEvent, None, tuple[bool, np.ndarray, np.ndarray, int]]:
     """Up to `n` tokens of plain AR, one BlockEvent each: `--decode ar`, and the AR spans of
     `--decode auto`, where a cut block's kept tokens (`pending`, already emitted) are committed
     first. Returns (ended, carried, logits, next block index): the last token is left uncommitted,
-    as a cut block's are, with the logits it was picked from. A grammar (`con`) masks each pick."""
+    as a cut block's are, with the logits it was picked from. A grammar (`con`) masks each pick.
+    `steps` collects the seconds of each token's step (its forward and pick)."""
     if len(pending):
         if len(pending) >= state.remaining:
             return True, pending, logits, block_index
@@ -341,6 +346,7 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         stats.forwards += 1
     carried = np.empty(0, dtype=np.int64)
     for _ in range(n):
+        t_step = clock.now()
         if len(carried):
             if state.remaining == 0:
                 return True, carried, logits, block_index
@@ -360,6 +366,8 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
         stats.generated_tokens += 1
         stats.blocks += 1
         stats.passes += 1
+        if steps is not None and len(carried):  # a step with a forward (the first may pick from known logits)
+            steps.append(clock.now() - t_step)
         yield from _emit(clock, BlockEvent(block_index, (token,), None if scored is None else (scored,)))
         block_index += 1
         carried = np.array([token], dtype=np.int64)
