@@ -42,9 +42,9 @@ def test_a_tool_call_without_tools_is_a_note_on_stdout_and_in_json(tmp_path: Pat
 def test_the_demo_asked_for_the_weather_without_tools_prints_no_markup(tmp_path: Path) -> None:
     """What the demo writes for this question with no tools offered (a call, or pieces of one), shown
     as text: no tag reaches stdout or `--json` content, and what it wrote is kept in `tool_markup`."""
-    args = ["demo", "What is the weather in Oslo?", "--no-think", "--temp", "0"]
+    args = ["demo", "What is the weather in Paris?", "--no-think", "--temp", "0"]
     doc = json.loads(_run([*args, "--json"], tmp_path).stdout)
-    assert doc["tool_markup"], doc  # the premise: the model writes tool-call markup here
+    assert doc["tool_markup"], doc  # the premise: the shipped model writes tool-call markup here
     assert TAGS.search(doc["content"]) is None, doc["content"]
     shown = _run(args, tmp_path).stdout
     assert shown == doc["content"] + "\n"
