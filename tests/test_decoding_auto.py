@@ -139,10 +139,10 @@ def test_cheap_passes_that_agree_keep_diffusion() -> None:
     assert chooser.relative() == pytest.approx(0.05 / 32 / 0.01)
 
 
-def test_nothing_measured_times_two_ar_tokens_then_a_block() -> None:
+def test_nothing_measured_times_three_ar_tokens_then_a_block() -> None:
     chooser = AutoDecode(32, None)
-    assert chooser.next().mode == "ar" and chooser.next().tokens == 2
-    chooser.record_ar(0.02, 2)
+    assert chooser.next().mode == "ar" and chooser.next().tokens == 3  # two of them with a forward
+    chooser.record_ar(0.03, 3)
     assert chooser.next().mode == "diffusion"
 
 

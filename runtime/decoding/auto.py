@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 EXPLORE = 0.03  # at most this share of AR's time goes to diffusion probes that lose
 CHEAP_PASS = 2.0  # a pass costing at most this many decode steps is probed at once on a new file
-WARM_TOKENS = 2  # AR tokens that time a decode step when nothing was measured before
+WARM_TOKENS = 3  # AR tokens that time a decode step when nothing was measured before: the first picks from
+# the prompt's logits, and of the two steps with a forward the lower prices AR (a process's first
+# decode step loads kernels: 10.3 s at 2 threads on the demo, which priced every step at it)
 MAX_BACKOFF = 16
 ALPHA = 0.5  # weight of the newest measurement in the running estimates
 BLOCK_ALPHA = 0.25  # the same for diffusion blocks: a reply's blocks keep 1 to 30 tokens each, and its
