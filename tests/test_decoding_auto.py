@@ -19,31 +19,9 @@ from synth_models import tiny_model_path
 PROMPT = [11, 12, 13, 14, 15]
 
 
-def simulate(chooser: AutoDecode, n_tokens: int, step_s: float, block: tuple[float, int]) -> dict[str, float]:
-    """Drive the chooser with recorded costs: an AR token costs `step_s`, a diffusion block costs
-    block[0] seconds for block[1] tokens. Returns the seconds and the tokens each mode wrote."""
-    out = {"ar_s": 0.0, "ar_n": 0, "dg_s": 0.0, "dg_n": 0}
-    written = 0
-    while written < n_tokens:
-        choice = chooser.next()
-        if choice.mode == "ar":
-            n = min(choice.tokens, n_tokens - written)
-            chooser.record_ar(n * step_s, n)
-            out["ar_s"] += n * step_s
-            out["ar_n"] += n
-            written += n
-        else:
-            seconds, n = block
-            chooser.record_block(seconds, n)
-            out["dg_s"] += seconds
-            out["dg_n"] += n
-            written += n
-    return out
-
-
-def simulate_blocks(chooser: AutoDecode, n_tokens: int, step_s: float,
-                    blocks: list[tuple[float, int]]) -> dict[str, float]:
-    """`simulate` with diffusion blocks taking their costs from `blocks` in turn."""
+def simulate(chooser: AutoDecode, n_tokens: int, step_s: float, *blocks: tuple[float, int]) -> dict[str, float]:
+    """Drive the chooser with recorded costs: an AR token costs `step_s`, the k-th diffusion block
+    costs blocks[k % len(blocks)][0] seconds for [1] tokens. Returns each mode's seconds and tokens."""
     out = {"ar_s": 0.0, "ar_n": 0, "dg_s": 0.0, "dg_n": 0}
     written = k = 0
     while written < n_tokens:
@@ -166,7 +144,7 @@ def test_blocks_that_keep_few_and_many_tokens_are_priced_by_their_sums() -> None
     against AR's 2.3 ms). Seconds over tokens keeps diffusion; the running mean of each block's
     ratio (6.9 ms a token for blocks of 1 and 17) handed the replies to AR."""
     chooser = AutoDecode(32, Costs(step_s=0.0023, pass_s=0.004))  # a cheap pass: diffusion at once
-    run = simulate_blocks(chooser, 600, 0.0023, [(0.013, 17), (0.013, 1)])
+    run = simulate(chooser, 600, 0.0023, (0.013, 17), (0.013, 1))
     assert run["ar_n"] == 0 and chooser.relative() < 1
 
 

@@ -65,11 +65,9 @@ class AutoDecode:
         # probe block alone (1 to 30 tokens on the demo) said diffusion lost on replies it won
         self.dg_s: float | None = None
         self.dg_tokens: float | None = None
-        self.dg_spt: float | None = None  # their ratio: seconds per committed token of diffusion
         if seed and seed.relative is not None and seed.block_tokens and seed.step_s > 0:
             self.dg_tokens = seed.block_tokens
             self.dg_s = seed.relative * seed.step_s * seed.block_tokens
-            self.dg_spt = self.dg_s / self.dg_tokens
         self.streak = 0
         self.waited = waited  # AR seconds since the last diffusion block (earlier replies' included)
         self.wait = self._first_wait()
@@ -91,6 +89,16 @@ class AutoDecode:
         due = math.ceil((self.wait - self.waited) / self.ar_spt)
         return Choice("ar", max(1, min(due, 8 * self.block_length)))
 
+    @property
+    def dg_spt(self) -> float | None:
+        """Seconds per committed token of diffusion: the running sums' ratio, not a running mean of
+        each block's ratio (a block that kept 1 token and one that kept 20 take 2 blocks' time for
+        21 tokens, where the mean of their ratios said diffusion was 2.9x slower than AR on the
+        demo; it is 1.6x faster)."""
+        if self.dg_s is None or self.dg_tokens is None:
+            return None
+        return self.dg_s / max(self.dg_tokens, 1e-9)
+
     def record_ar(self, seconds: float, tokens: int, step_s: float | None = None) -> None:
         """An AR span wrote `tokens` in `seconds`; `step_s`, its typical step (the decoder gives
         the lower median of its steps), prices AR: a process's first steps load kernels, and a
@@ -107,10 +115,6 @@ class AutoDecode:
         """A diffusion block (its passes and its commit) took `seconds` for `tokens` committed."""
         self.dg_s = _ema(self.dg_s, seconds, BLOCK_ALPHA)
         self.dg_tokens = _ema(self.dg_tokens, tokens, BLOCK_ALPHA)
-        # seconds over tokens of the running sums, not a running mean of each block's ratio: a block
-        # that kept 1 token and one that kept 20 take 2 blocks' time for 21 tokens, where the mean
-        # of their ratios said diffusion was 2.9x slower than AR on the demo (it is 1.6x faster)
-        self.dg_spt = self.dg_s / max(self.dg_tokens, 1e-9)
         self.waited = 0.0
         ar = self.ar_spt if self.ar_spt is not None else self.dg_spt
         if self.dg_spt <= ar:
