@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import ROOT, clover_env, fixed_reply_model, serve_process, sse_events
+from serve_helpers import LOAD_TIMEOUT_S, ROOT, clover_env, fixed_reply_model, serve_process, sse_events
 
 N_CTX = 4096  # the model's whole context
 FOREVER = N_CTX - 64  # a reply no test waits for (seconds of generation)
@@ -112,7 +112,7 @@ def test_shutdown_cuts_running_replies_with_an_error(model, home, how):
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
             streamed = Stream(port, FOREVER)
             streamed.start()
-            assert streamed.generating.wait(60), streamed.events
+            assert streamed.generating.wait(LOAD_TIMEOUT_S), streamed.events
             plain = Post(port, FOREVER)
             plain.start()
             _wait_for(lambda: _metrics(c)["clover:requests_processing"] == 2, what="both replies to run")
@@ -148,12 +148,14 @@ def test_shutdown_timeout_lets_a_running_reply_finish(model, home):
     with serve_process(model, "-c", str(N_CTX), "-np", "1", "--max-queue", "1", "--shutdown-timeout", "300",
                        home=home) as (proc, port):
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            # the first reply in a fresh home compiles the kernels (a minute on 2 cores): not the timing probe
+            c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 64}, timeout=LOAD_TIMEOUT_S).raise_for_status()
             probe = c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 64}).json()
             per_token_s = probe["timings"]["predicted_per_token_ms"] / 1e3
             max_tokens = min(FOREVER, max(200, int(3.0 / per_token_s)))  # about 3 s on this machine, now
             streamed = Stream(port, max_tokens)
             streamed.start()
-            assert streamed.generating.wait(60), streamed.events
+            assert streamed.generating.wait(LOAD_TIMEOUT_S), streamed.events
             queued = Post(port, 4)
             queued.start()
             _wait_for(lambda: _metrics(c)["clover:requests_deferred"] == 1, what="the second request to queue")
