@@ -9,7 +9,7 @@ LLVM fuses a multiply-add pair into a VNNI `vpdpwssd`/`vpdpbusd` where the CPU h
     python benchmarks/kernel_asm.py [--cpus host,haswell,icelake-server,sapphirerapids,znver4,alderlake]
                                     [--types Q4_0,Q8_0,Q4_K,Q5_K,Q6_K]
 
-Prints one table row per (kernel, CPU): the count of each integer multiply-add, sign and
+Prints one table row per (kernel, CPU): the count of each integer multiply-add, sign, prefetch and
 int-to-float instruction in the kernel's object code, with the widest register each used.
 """
 
@@ -23,8 +23,8 @@ import sys
 import tempfile
 
 CPUS = "host,haswell,icelake-server,sapphirerapids,znver4,alderlake"
-_PATTERN = re.compile(r"^\s+(?:\{vex\}\s+)?(v\w+)\s+([^\n]*)", re.M)
-_WANTED = re.compile(r"madd|vpdp|sign|cvtdq2ps")
+_PATTERN = re.compile(r"^\s+(?:\{vex\}\s+)?(v\w+|prefetch\w+)\s+([^\n]*)", re.M)
+_WANTED = re.compile(r"madd|vpdp|sign|cvtdq2ps|prefetch")
 
 
 def count(asm: str) -> dict[str, int]:

@@ -28,6 +28,7 @@ def test_integer_kernels_use_the_avx2_multiply_adds_on_this_host() -> None:
     vnni = bool({"avx512_vnni", "avx_vnni"} & set(cpu_features()))
     for line in host.values():
         assert "`vpmaddubsw/ymm`" in line and "`vpmaddwd/ymm`" in line and "`vcvtdq2ps/ymm`" in line
+        assert "`prefetcht0`" in line  # the weight stream is fetched ahead (intdot.PREFETCH_BYTES)
         if not vnni:  # on a VNNI host LLVM may fuse vpmaddwd and its add into vpdpwssd
             assert "vpdp" not in line
     assert "`vpsignb/ymm`" in host["Q8_0"]  # signed weights: the sign trick before vpmaddubsw

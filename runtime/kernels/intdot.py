@@ -37,6 +37,11 @@ _FAST = ("fast",)
 INT_GEOMETRY = {Q4_0: (18, 32, 32), Q8_0: (34, 32, 32), Q4_K: (144, 256, 256), Q5_K: (176, 256, 256),
                 Q6_K: (210, 256, 256)}
 INT_ROWS = (8, 4, 2, 1)  # activation rows per weight-row pass (the weights' vectors stay in registers)
+# How far ahead of the block being multiplied its weight stream is prefetched. A decode step reads
+# every weight once, from DRAM, and the hardware prefetcher alone kept a 2-thread step's 590 KB
+# experts at ~31 GMAC/s against ~44 with this hint (and the 248K-row head ~12 % faster); a
+# prefetch past a matrix's end reads a line nobody uses, which is harmless.
+PREFETCH_BYTES = 2048
 
 
 @functools.cache
@@ -225,6 +230,13 @@ def _block(tv: int, k: _Block, rows, accs, col, blk):
     return _blk_q45k(tv, k, rows, accs, col, blk)
 
 
+def _prefetch(b: ir.IRBuilder, p: ir.Value) -> None:
+    """Ask for the cache line at p (read, keep in all levels): see PREFETCH_BYTES."""
+    fnty = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
+    fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.prefetch.p0i8")
+    b.call(fn, [b.bitcast(p, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+
+
 def _reduce8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     fnty = ir.FunctionType(_F32, [_F32, v.type])
     fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.vector.reduce.fadd.v8f32")
@@ -262,6 +274,8 @@ def idot_rows(typingctx, t, r, raw, p0, n_blocks, xq, xd, xs, x_row0):
             for u in range(count):
                 blk_i = b.add(first, ir.Constant(_I64, u))
                 ptr = b.gep(raw_a.data, [b.add(p0_v, b.mul(blk_i, ir.Constant(_I64, tsize)))])
+                for line in range(0, tsize, 64):
+                    _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]))
                 col = b.mul(blk_i, ir.Constant(_I64, blk_w))
                 accs = _block(tv, _Block(b, ptr), rows, accs, col, blk_i)
             for s, a in zip(slots, accs, strict=True):
