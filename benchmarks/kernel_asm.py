@@ -9,6 +9,10 @@ LLVM fuses a multiply-add pair into a VNNI `vpdpwssd`/`vpdpbusd` where the CPU h
     python benchmarks/kernel_asm.py [--cpus host,haswell,icelake-server,sapphirerapids,znver4,alderlake]
                                     [--types Q4_0,Q8_0,Q4_K,Q5_K,Q6_K]
 
+On an AVX-512BW host the K-quant kernels are compiled with 512-bit multiply-adds
+(`intdot.x86_avx512`), which CPUs without AVX-512 cannot lower: those rows are skipped unless
+CLOVER_SIMD=avx2 compiles the 256-bit form.
+
 Prints one table row per (kernel, CPU): the count of each integer multiply-add, sign, prefetch and
 int-to-float instruction in the kernel's object code, with the widest register each used.
 """
@@ -23,6 +27,8 @@ import sys
 import tempfile
 
 CPUS = "host,haswell,icelake-server,sapphirerapids,znver4,alderlake"
+AVX512_CPUS = {"skylake-avx512", "cascadelake", "cooperlake", "icelake-client", "icelake-server", "tigerlake",
+               "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "znver4", "znver5"}
 _PATTERN = re.compile(r"^\s+(?:\{vex\}\s+)?(v\w+|prefetch\w+)\s+([^\n]*)", re.M)
 _WANTED = re.compile(r"madd|vpdp|sign|cvtdq2ps|prefetch")
 
@@ -45,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["NUMBA_CACHE_DIR"] = tempfile.mkdtemp(prefix="clover-asm-")  # compile, do not load
     import numpy as np
     from clover_runtime.kernels import prepare
+    from clover_runtime.kernels.intdot import x86_avx512
     from clover_runtime.kernels.intmatmul import INT_KERNELS
     from clover_runtime.quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0, row_bytes
     from llvmlite import binding as llb
@@ -61,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         module = llb.parse_assembly(str(kernel.overloads[kernel.signatures[0]].library._final_module))
         for cpu in args.cpus.split(","):
             name_ = llb.get_host_cpu_name() if cpu == "host" else cpu
+            if cpu != "host" and x86_avx512() and name in ("Q4_K", "Q5_K", "Q6_K") and cpu not in AVX512_CPUS:
+                print(f"| {name} | {cpu} | (skipped: compiled with 512-bit instructions; CLOVER_SIMD=avx2) |")
+                continue
             machine = target.create_target_machine(cpu=name_, features="", opt=3)
             found = count(machine.emit_assembly(module))
             text = ", ".join(f"`{k}` {v}" for k, v in found.items()) or "(none)"

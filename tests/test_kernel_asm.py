@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clover_runtime.kernels.intdot import x86_avx2
+from clover_runtime.kernels.intdot import x86_avx2, x86_avx512
 from clover_runtime.system_info import cpu_features
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "kernel_asm.py"
@@ -26,10 +26,12 @@ def test_integer_kernels_use_the_avx2_multiply_adds_on_this_host() -> None:
     host = {kernel: line for (kernel, cpu), line in rows.items() if cpu.startswith("host")}
     assert set(host) == {"Q8_0", "Q4_K"}
     vnni = bool({"avx512_vnni", "avx_vnni"} & set(cpu_features()))
-    for line in host.values():
-        assert "`vpmaddubsw/ymm`" in line and "`vpmaddwd/ymm`" in line and "`vcvtdq2ps/ymm`" in line
+    wide = "zmm" if x86_avx512() else "ymm"  # K-quants: two sub-blocks per 512-bit multiply-add
+    for kernel, line in host.items():
+        width = wide if kernel == "Q4_K" else "ymm"
+        assert f"`vpmaddubsw/{width}`" in line and f"`vpmaddwd/{width}`" in line and "`vcvtdq2ps/ymm`" in line
         assert "`prefetcht0`" in line  # the weight stream is fetched ahead (intdot.PREFETCH_BYTES)
         if not vnni:  # on a VNNI host LLVM may fuse vpmaddwd and its add into vpdpwssd
             assert "vpdp" not in line
     assert "`vpsignb/ymm`" in host["Q8_0"]  # signed weights: the sign trick before vpmaddubsw
-    assert "`vpmaddubsw/ymm`" in rows[("Q4_K", "znver4")]  # the same IR lowered for an AVX-512 CPU
+    assert f"`vpmaddubsw/{wide}`" in rows[("Q4_K", "znver4")]  # the same IR lowered for an AVX-512 CPU

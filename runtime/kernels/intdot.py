@@ -18,6 +18,7 @@ Types: Q4_0, Q8_0 (activation blocks of 32), Q4_K, Q5_K, Q6_K (activation blocks
 from __future__ import annotations
 
 import functools
+import os
 
 import numba
 from llvmlite import binding as llb
@@ -52,9 +53,22 @@ def x86_avx2() -> bool:
     return bool(llb.get_host_cpu_features().get("avx2"))
 
 
+@functools.cache
+def x86_avx512() -> bool:
+    """Whether the K-quant kernels take two 32-value sub-blocks per 512-bit multiply-add (an
+    AVX-512BW host, unless CLOVER_SIMD=avx2 keeps them at 256 bits). Their integer sums are exact in
+    any grouping, so both widths give the same bits; on a CPU with full-width 512-bit units (Zen 5,
+    Sapphire Rapids) half as many multiply-adds run."""
+    if not x86_avx2() or os.environ.get("CLOVER_SIMD", "").strip().lower() == "avx2":
+        return False
+    return bool(llb.get_host_cpu_features().get("avx512bw"))
+
+
 def simd_instructions() -> tuple[str, ...]:
     """The integer multiply-accumulate instructions the kernels use on this machine (for reports)."""
-    return ("vpmaddubsw", "vpmaddwd", "vpsignb") if x86_avx2() else ("portable IR (sext, mul, add pairs)",)
+    if not x86_avx2():
+        return ("portable IR (sext, mul, add pairs)",)
+    return ("vpmaddubsw", "vpmaddwd", "vpsignb") + (("512-bit for K-quants",) if x86_avx512() else ())
 
 
 def _x86(b: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
@@ -111,6 +125,10 @@ class _Row:
 
     def values(self, col: ir.Value) -> ir.Value:
         p = self.b.bitcast(self.b.gep(self.q, [col]), _vec(_I8, 32).as_pointer())
+        return self.b.load(p, align=1)
+
+    def values64(self, col: ir.Value) -> ir.Value:
+        p = self.b.bitcast(self.b.gep(self.q, [col]), _vec(_I8, 64).as_pointer())
         return self.b.load(p, align=1)
 
     def scale(self, blk: ir.Value) -> ir.Value:
@@ -172,6 +190,7 @@ def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: i
     sc, mn = _k_scale_ints(k)
     vals = _q45k_values(tv, k)
     scales = [_splat16(k, sc, [j] * 16) for j in range(8)]
+    vals, scales = _paired(b, vals, scales)
     mins = _splat16(k, mn, [j // 2 for j in range(16)])
     neg_dmin = b.fneg(dmin)
     out = []
@@ -186,13 +205,38 @@ def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: i
 
 def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Value],
                     scales: list[ir.Value]) -> ir.Value:
-    """Σ over a 256-value K-quant block of scale_j · (weights_j · x_j), eight 32-value parts, in i32 lanes."""
+    """Σ over a 256-value K-quant block of scale_j · (weights_j · x_j), eight 32-value parts, in
+    <8 x i32> lanes. With `_paired` operands (four 64-value parts) the 512-bit instructions run and
+    the two halves are added at the end: the same integers either way."""
+    if len(vals) == 4:
+        wide = None
+        for g in range(4):
+            x = row.values64(b.add(col, ir.Constant(_I64, 64 * g)))
+            part = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16),
+                        _x86(b, "llvm.x86.avx512.pmaddubs.w.512", _vec(_I16, 32), vals[g], x), scales[g])
+            wide = part if wide is None else b.add(wide, part)
+        lo = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8))))
+        hi = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8, 16))))
+        return b.add(lo, hi)
     isum = None
     for j in range(8):
         x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
         part = madd(b, maddubs(b, vals[j], x), scales[j])
         isum = part if isum is None else b.add(isum, part)
     return isum
+
+
+def _paired(b: ir.IRBuilder, vals: list[ir.Value], scales: list[ir.Value]) -> tuple[list[ir.Value], list[ir.Value]]:
+    """The eight sub-blocks' values and scales joined two by two for `_superblock_dot`'s 512-bit
+    form (sub-blocks 2g and 2g+1 meet 64 consecutive activations), on hosts where it runs."""
+    if not x86_avx512():
+        return vals, scales
+
+    def join(pair: list[ir.Value]) -> ir.Value:
+        n = pair[0].type.count
+        return b.shuffle_vector(pair[0], pair[1], ir.Constant(_vec(_I32, 2 * n), list(range(2 * n))))
+
+    return [join(vals[2 * g:2 * g + 2]) for g in range(4)], [join(scales[2 * g:2 * g + 2]) for g in range(4)]
 
 
 def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
@@ -212,6 +256,7 @@ def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
         for i in range(4):
             s = 8 * h + 2 * i
             scales.append(k.shuffle(sc, [s] * 8 + [s + 1] * 8))
+    vals, scales = _paired(b, vals, scales)
     five = ir.Constant(_vec(_I32, 8), [5] * 8)
     out = []
     for row, acc in zip(rows, accs, strict=True):

@@ -24,7 +24,8 @@ def kernel_cache_dir() -> Path:
 
 
 def _sources_stamp() -> str:
-    """A short digest of this package's sources, naming the cache directory of this version.
+    """A short digest of this package's sources (and of CLOVER_SIMD, which picks the code they
+    generate), naming the cache directory of this version.
 
     numba checks only the modification time of the file defining a cached function, not of the
     files its callees live in (the vector code generators), so a changed callee needs a fresh cache.
@@ -37,6 +38,7 @@ def _sources_stamp() -> str:
     for f in sorted(Path(__file__).parent.glob("*.py")):
         st = f.stat()
         h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    h.update(f"simd:{os.environ.get('CLOVER_SIMD', '').strip().lower()}".encode())  # intdot.x86_avx512
     return h.hexdigest()[:12]
 
 
