@@ -20,6 +20,7 @@ from .options import (
     cpu_moe_option,
     device_option,
     main_gpu_option,
+    mmap_option,
     n_cpu_moe_option,
     ngl_option,
 )
@@ -72,6 +73,7 @@ def command(
     n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
     cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
     n_cpu_moe: Annotated[int, n_cpu_moe_option(annotated=True)] = 0,
+    mmap: Annotated[bool | None, mmap_option(annotated=True)] = None,
     device: Annotated[str, device_option(annotated=True)] = "auto",
     main_gpu: Annotated[int, main_gpu_option(annotated=True)] = 0,
 ) -> None:
@@ -95,7 +97,7 @@ def command(
     names = list(models or []) + list(model_opt or [])
     if not names:
         raise UsageError("no model given", "try the model that ships with clover: clover bench demo")
-    offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)
+    offload = offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu, mmap)
     backends = [b.strip() for v in (backend or ["numba"]) for b in v.split(",") if b.strip()]
     for b in backends:
         choice("--backend", b, ("numba", "numpy"))

@@ -42,7 +42,7 @@ _add("-ctk --cache-type-k -ctv --cache-type-v",
 _add("-kvu --kv-unified -nkvo --no-kv-offload", "each sequence has its own float32 KV cache")
 _add("-b --batch-size -ub --ubatch-size", "prompts are processed in chunks of 512 tokens")
 _add("-tb --threads-batch", "-t sets the threads for prompt and generation alike")
-_add("--mlock --no-mmap --mmap --numa", "weights are memory-mapped read-only")
+_add("--mlock --numa", "clover does not lock pages or place them by NUMA node")
 _add("-hf -hfr --hf-repo", "give the model as MODEL: owner/repo[:QUANT]")
 _add("-hff --hf-file", "give the model as MODEL: owner/repo[:QUANT], or clover pull --file NAME")
 _add("-hft --hf-token", "set HF_TOKEN (clover pull also takes --hf-token)")
@@ -82,7 +82,7 @@ def _ignore(names: str, value: str | None, why: str) -> None:
 
 _ignore("--jinja", None, _TEMPLATE)
 _ignore("-fa --flash-attn", _SWITCH, "clover has its own attention kernels")
-_ignore("--mlock --no-mmap --mmap", None, "weights are memory-mapped read-only")
+_ignore("--mlock", None, "clover does not lock pages (--no-mmap reads the weights into memory)")
 _ignore("--numa", "required", "clover leaves NUMA placement to the operating system")
 _ignore("-cnv --conversation", None, "`clover run` without a prompt is already a conversation")
 _ignore("-b --batch-size -ub --ubatch-size", "required", "prompts are processed in chunks of 512 tokens")

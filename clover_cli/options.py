@@ -53,6 +53,15 @@ def cpu_moe_option(*, annotated: bool = False) -> Any:
                        help="Keep every layer's routed experts in system memory (run on the CPU).")
 
 
+def mmap_option(*, annotated: bool = False) -> Any:
+    """--mmap/--no-mmap: llama.cpp's switch; unset, clover decides (`resident.keep_in_memory`)."""
+    first = () if annotated else (None,)
+    return typer.Option(*first, "--mmap/--no-mmap", envvar="CLOVER_MMAP", rich_help_panel=PLACEMENT,
+                        show_default=False,
+                        help="Use the weights from the mapped file, or read them into memory (huge pages; "
+                             "faster decode). Default: into memory when they fit easily.")
+
+
 def n_cpu_moe_option(*, annotated: bool = False) -> Any:
     return _gpu_option(0, annotated, "-ncmoe", "--n-cpu-moe", env="N_CPU_MOE", min=0,
                        help="Keep the routed experts of the first N layers in system memory.")
@@ -68,7 +77,8 @@ def main_gpu_option(*, annotated: bool = False) -> Any:
                        help="The CUDA device index to use.")
 
 
-def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int) -> Any:
+def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str, main_gpu: int,
+                    mmap: bool | None = None) -> Any:
     """The runtime's OffloadRequest from the flags; a bad -ngl is a usage error (exit 2). A pasted
     llama.cpp line's `-ngl 99` on a machine without a GPU (or without torch) warns and runs on the
     CPU, as llama.cpp does; only an explicit --device that cannot be met stays an error."""
@@ -80,14 +90,15 @@ def offload_request(ngl: str | None, cpu_moe: bool, n_cpu_moe: int, device: str,
         n = parse_gpu_layers(ngl)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    request = OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu)
+    in_memory = None if mmap is None else not mmap
+    request = OffloadRequest(n, cpu_moe, n_cpu_moe, device, main_gpu, in_memory=in_memory)
     if n > 0 and device == "auto":
         missing = _no_gpu(request)
         if missing:
             from . import console
 
             console.warn(f"-ngl {ngl} ignored: {missing}; running on the CPU")
-            return OffloadRequest(0, cpu_moe, n_cpu_moe, device, main_gpu)
+            return OffloadRequest(0, cpu_moe, n_cpu_moe, device, main_gpu, in_memory=in_memory)
     return request
 
 

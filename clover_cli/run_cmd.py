@@ -22,6 +22,7 @@ from .options import (
     ctx_option,
     device_option,
     main_gpu_option,
+    mmap_option,
     n_cpu_moe_option,
     ngl_option,
 )
@@ -123,6 +124,7 @@ def command(
     n_gpu_layers: str | None = ngl_option(),
     cpu_moe: bool = cpu_moe_option(),
     n_cpu_moe: int = n_cpu_moe_option(),
+    mmap: bool | None = mmap_option(),
     device: str = device_option(),
     main_gpu: int = main_gpu_option(),
 ) -> None:
@@ -158,7 +160,7 @@ def command(
         n_predict=n_predict, decode=decode, block_length=block_length, threshold=threshold, verify=verify,
         expert_coreset=expert_coreset, constraint=constraint, visual=visual, as_json=as_json,
         show_timings=show_timings, threads=threads, backend=backend, exact_kernels=exact_kernels,
-        offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu)))
+        offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu, mmap)))
 
 
 @dataclass(frozen=True)

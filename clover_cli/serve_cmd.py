@@ -31,6 +31,7 @@ from .options import (
     ctx_option,
     device_option,
     main_gpu_option,
+    mmap_option,
     n_cpu_moe_option,
     ngl_option,
     offload_request,
@@ -131,6 +132,7 @@ def command(
     n_gpu_layers: Annotated[str | None, ngl_option(annotated=True)] = None,
     cpu_moe: Annotated[bool, cpu_moe_option(annotated=True)] = False,
     n_cpu_moe: Annotated[int, n_cpu_moe_option(annotated=True)] = 0,
+    mmap: Annotated[bool | None, mmap_option(annotated=True)] = None,
     device: Annotated[str, device_option(annotated=True)] = "auto",
     main_gpu: Annotated[int, main_gpu_option(annotated=True)] = 0,
     decode: Annotated[str | None, typer.Option(
@@ -212,8 +214,8 @@ def command(
         webui=not no_webui, timeout=timeout, chat_template_file=chat_template_file, threads=threads,
         exact_kernels=exact_kernels, decode=decode, threshold=threshold, block_length=block_length, max_queue=max_queue,
         verify=verify, reasoning_budget=reasoning_budget, offline=offline, ctx_checkpoints=ctx_checkpoints,
-        checkpoint_every=checkpoint_every,
-        slot_save_path=slot_save_path, offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu),
+        checkpoint_every=checkpoint_every, slot_save_path=slot_save_path,
+        offload=offload_request(n_gpu_layers, cpu_moe, n_cpu_moe, device, main_gpu, mmap),
         shutdown_timeout=shutdown_timeout, slots_verbose=slots_verbose)
     from clover_runtime.torch_backend.group import request_device
 

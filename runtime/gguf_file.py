@@ -75,6 +75,14 @@ class GGUFModelFile(HeaderView):
         m = self._maps[t.shard]
         return np.frombuffer(m, dtype=np.uint8, count=t.n_bytes, offset=t.offset)
 
+    def read(self, name: str) -> np.ndarray:
+        """The tensor's bytes read into this process's memory (`resident`: huge pages where the OS
+        has them), read-only."""
+        from .resident import read_bytes
+
+        t = self.tensors[name]
+        return read_bytes(self.paths[t.shard], t.offset, t.n_bytes)
+
     def close(self) -> None:
         for m in self._maps:
             if m is not None:

@@ -11,14 +11,15 @@ from pathlib import Path
 
 from .engine.model import Model
 from .engine.weights import Weights
-from .gguf_file import open_gguf
+from .gguf_file import GGUFModelFile, open_gguf
 from .model_config import describe
 from .offload import OffloadRequest
+from .resident import keep_in_memory
 
 
 def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend: str = "auto",
                cache_bytes: int | None = None, exact_kernels: bool = False,
-               offload: OffloadRequest | None = None) -> Model:
+               offload: OffloadRequest | None = None, in_memory: bool | None = None) -> Model:
     """Open a GGUF model (a path, or a reference already in the local cache) for inference.
 
     `backend`: "numba" (fused quantized kernels), "numpy" (reference path, dequantizes), or
@@ -26,8 +27,11 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
     keeps (default 512 MiB; 0 with numba). `exact_kernels` keeps numba's float kernels for
     quantized weights instead of the integer ones (8-bit activations, llama.cpp's method): slower,
     equal to the numpy path to float32 round-off. `offload` puts weight groups on a GPU through
-    the torch backend (`-ngl`, `--cpu-moe`; None: the CPU only). Raises ModelFileError for unusable files, and
-    HubError for a Hub reference that is not in the cache: this never downloads or touches the network.
+    the torch backend (`-ngl`, `--cpu-moe`; None: the CPU only). `in_memory`: read the host's
+    weight matrices into memory on huge pages (True, `--no-mmap`), use them from the mapped file
+    (False, `--mmap`), or decide by `resident.keep_in_memory` (None: `offload.in_memory` when given).
+    Raises ModelFileError for unusable files, and HubError for a Hub reference that is not in the
+    cache: this never downloads or touches the network.
     """
     from .hub import resolve_model
 
@@ -39,7 +43,9 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
             from .torch_backend.group import open_device_group
 
             group = open_device_group(file, config, offload)
-        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group)
+        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group,
+                          in_memory=_in_memory(file, group, in_memory if offload is None or in_memory is not None
+                                               else offload.in_memory))
         model = Model(file, config, weights)
         if group is not None:
             from .torch_backend.layers import DeviceLayers  # torch: only once a device is in use
@@ -50,3 +56,12 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
         file.close()
         raise
     return model
+
+
+def _in_memory(file: GGUFModelFile, group: object, asked: bool | None) -> bool:
+    """`load_model`'s in_memory: as asked, else the automatic choice for the bytes the host reads."""
+    if asked is not None:
+        return asked
+    on_device = getattr(group, "matrices", None) or {}
+    host = sum(i.n_bytes for n, i in file.tensors.items() if len(i.shape) in (2, 3) and n not in on_device)
+    return keep_in_memory(host)

@@ -124,7 +124,7 @@ def fit_experts(tensors: Mapping[str, SizedTensor], n_layer: int, device_free: i
 @dataclass(frozen=True)
 class OffloadRequest:
     """What the user asked for: `-ngl` (AUTO: as many as fit when a GPU is present), the expert
-    flags and the device (`--device`, `--main-gpu`)."""
+    flags, the device (`--device`, `--main-gpu`) and where the host's weights live (`--mmap`)."""
 
     n_gpu_layers: int = AUTO
     cpu_moe: bool = False
@@ -132,6 +132,7 @@ class OffloadRequest:
     device: str = "auto"
     main_gpu: int = 0
     n_ctx: int = 0  # the context the sequences will use (0: unknown); `-ngl auto` leaves room for its cache
+    in_memory: bool | None = None  # the host's weights read into memory (--no-mmap), mapped (--mmap), or decided
 
     @property
     def wanted(self) -> bool:

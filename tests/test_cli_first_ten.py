@@ -40,7 +40,7 @@ def model() -> str:
 
 # -- item 5: llama.cpp command lines run -----------------------------------------------------------------
 
-PASTED = ["--jinja", "-fa", "on", "-b", "512", "-ub", "128", "--mlock", "--no-mmap", "-cnv"]
+PASTED = ["--jinja", "-fa", "on", "-b", "512", "-ub", "128", "--mlock", "--no-mmap", "-cnv"]  # --no-mmap: a real flag
 
 
 def test_a_pasted_llama_cli_line_warns_once_per_flag_and_answers_the_same(model: str, tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_a_pasted_llama_cli_line_warns_once_per_flag_and_answers_the_same(model:
     assert pasted.stdout == plain.stdout and plain.stdout.strip()
     warnings = [line for line in pasted.stderr.splitlines() if line.startswith("warning: clover run ignores ")]
     assert [w.split(":")[1].removeprefix(" clover run ignores ") for w in warnings] == [
-        "--jinja", "-fa on", "-b 512", "-ub 128", "--mlock", "--no-mmap", "-cnv"]
+        "--jinja", "-fa on", "-b 512", "-ub 128", "--mlock", "-cnv"]
     assert "Traceback" not in pasted.stderr
 
 

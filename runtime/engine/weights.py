@@ -62,13 +62,15 @@ class Weights:
 
     def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
                  n_threads: int | None = None, exact_kernels: bool = False,
-                 device_group: DeviceGroup | None = None) -> None:
+                 device_group: DeviceGroup | None = None, in_memory: bool = False) -> None:
         self.file = file
+        # products of the tensors placed on a GPU (torch_backend.DeviceGroup), or None; the host's
+        # matrices are read into memory (`resident`) when `in_memory`, else used from the mapped file
+        self.device_group = device_group
         self.backend = resolve_backend(backend)
+        self._read_in: set[str] = self.product_tensors() if in_memory and self.backend == "numba" else set()
         self.n_threads = n_threads
         self.exact_kernels = exact_kernels
-        # products of the tensors placed on a GPU (torch_backend.DeviceGroup), or None
-        self.device_group = device_group
         on_device = device_group.matrices if device_group is not None else {}
         self.gdn_kernel = None  # compiled chunked Gated DeltaNet (numba), same contract as gdn.chunked
         self.gdn_step_kernel = None  # its token-by-token form for a few rows (kernels.gdn_recurrent)
@@ -96,11 +98,25 @@ class Weights:
         self._lock = threading.Lock()  # forwards of different sequences may run on different threads
         self._small: dict[str, np.ndarray] = {}
 
+    def product_tensors(self) -> set[str]:
+        """The 2-D and 3-D tensors the host's products read: every one but those on a GPU and the
+        token embedding when the model has its own output head (a lookup reads a few rows)."""
+        on_device = self.device_group.matrices if self.device_group is not None else {}
+        names = {n for n, i in self.file.tensors.items() if len(i.shape) in (2, 3) and n not in on_device}
+        if "output.weight" in names:
+            names.discard("token_embd.weight")
+        return names
+
     def enter(self) -> None:
         """Apply the thread count in the calling thread (numba's setting is per thread); cheap
         when it is already in force, so every forward and preview calls it."""
         if self.backend == "numba":
             self._kernels.set_threads(self.n_threads)
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the host's matrices were read into memory (`resident`) rather than mapped."""
+        return bool(self._read_in)
 
     @property
     def prepared(self) -> frozenset[str]:
@@ -118,8 +134,8 @@ class Weights:
         if m is None:
             n_out, n_in = info.shape[-2], info.shape[-1]
             count = info.shape[0] if len(info.shape) == 3 else 1
-            m = self._kernels.prepare(self.file.raw(name), info.ggml_type, n_out, n_in, count,
-                                      exact=self.exact_kernels)
+            raw = self.file.read(name) if name in self._read_in else self.file.raw(name)
+            m = self._kernels.prepare(raw, info.ggml_type, n_out, n_in, count, exact=self.exact_kernels)
             self._bound[name] = m
         return m
 
