@@ -26,10 +26,9 @@ def test_integer_kernels_use_the_avx2_multiply_adds_on_this_host() -> None:
     host = {kernel: line for (kernel, cpu), line in rows.items() if cpu.startswith("host")}
     assert set(host) == {"Q8_0", "Q4_K"}
     vnni = bool({"avx512_vnni", "avx_vnni"} & set(cpu_features()))
-    wide = "zmm" if x86_avx512() else "ymm"  # K-quants: two sub-blocks per 512-bit multiply-add
-    for kernel, line in host.items():
-        width = wide if kernel == "Q4_K" else "ymm"
-        assert f"`vpmaddubsw/{width}`" in line and f"`vpmaddwd/{width}`" in line and "`vcvtdq2ps/ymm`" in line
+    wide = "zmm" if x86_avx512() else "ymm"  # two (sub-)blocks per 512-bit multiply-add
+    for line in host.values():
+        assert f"`vpmaddubsw/{wide}`" in line and f"`vpmaddwd/{wide}`" in line and "`vcvtdq2ps/ymm`" in line
         assert "`prefetcht0`" in line  # the weight stream is fetched ahead (intdot.PREFETCH_BYTES)
         if not vnni:  # on a VNNI host LLVM may fuse vpmaddwd and its add into vpdpwssd
             assert "vpdp" not in line

@@ -1,5 +1,5 @@
-"""The K-quant integer kernels' 512-bit form (AVX-512BW hosts) gives the same bits as the 256-bit
-form: both sum the same integers, only grouped differently, and floats appear after the sums.
+"""The integer kernels' 512-bit form (AVX-512BW hosts) gives the same bits as the 256-bit form: both
+sum the same integers, only grouped differently, and the float steps stay block by block.
 
 The 256-bit form is compiled in a second process with CLOVER_SIMD=avx2 and its own kernel cache
 (compiled code is cached per form); both forms are checked against an independent formulation by
@@ -20,7 +20,7 @@ from clover_runtime.kernels.intdot import x86_avx512
 from clover_runtime.quants import quantize
 from gguf.constants import GGMLQuantizationType as T
 
-TYPES = (T.Q4_K, T.Q5_K, T.Q6_K)
+TYPES = (T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K)
 ROWS = (1, 3, 8, 13)
 N_OUT, N_IN, N_EXPERT = 40, 512, 4
 
@@ -32,7 +32,7 @@ from clover_runtime.kernels.intdot import x86_avx512
 from gguf.constants import GGMLQuantizationType as T
 data = np.load(sys.argv[1])
 out = {"avx512": np.array(x86_avx512())}
-for t in (T.Q4_K, T.Q5_K, T.Q6_K):
+for t in (T.Q4_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K):
     for n in (1, 3, 8, 13):
         x = data[f"x{n}"]
         out[f"{t.name}-{n}"] = matmul(data[f"w{t.name}"], t, 40, 512, x)
@@ -57,7 +57,7 @@ def _inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.skipif(not x86_avx512(), reason="this host runs the 256-bit form only")
-def test_512_bit_k_quant_kernels_give_the_256_bit_kernels_bits(tmp_path: Path) -> None:
+def test_512_bit_kernels_give_the_256_bit_kernels_bits(tmp_path: Path) -> None:
     data = _inputs(np.random.default_rng(5))
     np.savez(tmp_path / "in.npz", **data)
     env = {**os.environ, "CLOVER_SIMD": "avx2", "NUMBA_CACHE_DIR": str(tmp_path / "kernels")}

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 from clover_runtime.errors import ModelFileError
 from clover_runtime.loader import load_model
-from clover_runtime.resident import FIT_SHARE, HUGE_PAGE, anonymous_bytes, huge_pages_offered, keep_in_memory, read_bytes
+from clover_runtime.resident import (
+    FIT_SHARE,
+    HUGE_PAGE,
+    anonymous_bytes,
+    huge_pages_offered,
+    keep_in_memory,
+    read_bytes,
+)
 from serve_helpers import ROOT, clover_env
 from synth_models import small_model_path
 

@@ -55,10 +55,10 @@ def x86_avx2() -> bool:
 
 @functools.cache
 def x86_avx512() -> bool:
-    """Whether the K-quant kernels take two 32-value sub-blocks per 512-bit multiply-add (an
-    AVX-512BW host, unless CLOVER_SIMD=avx2 keeps them at 256 bits). Their integer sums are exact in
-    any grouping, so both widths give the same bits; on a CPU with full-width 512-bit units (Zen 5,
-    Sapphire Rapids) half as many multiply-adds run."""
+    """Whether the integer kernels take two 32-value (sub-)blocks per 512-bit multiply-add (an
+    AVX-512BW host, unless CLOVER_SIMD=avx2 keeps them at 256 bits). Integer sums are exact in any
+    grouping and the float steps stay block by block, so both widths give the same bits; on a CPU
+    with full-width 512-bit units (Zen 5, Sapphire Rapids) half as many multiply-adds run."""
     if not x86_avx2() or os.environ.get("CLOVER_SIMD", "").strip().lower() == "avx2":
         return False
     return bool(llb.get_host_cpu_features().get("avx512bw"))
@@ -68,7 +68,7 @@ def simd_instructions() -> tuple[str, ...]:
     """The integer multiply-accumulate instructions the kernels use on this machine (for reports)."""
     if not x86_avx2():
         return ("portable IR (sext, mul, add pairs)",)
-    return ("vpmaddubsw", "vpmaddwd", "vpsignb") + (("512-bit for K-quants",) if x86_avx512() else ())
+    return ("vpmaddubsw", "vpmaddwd", "vpsignb") + (("512-bit",) if x86_avx512() else ())
 
 
 def _x86(b: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
@@ -150,16 +150,45 @@ def _scaled(k: _Block, acc: ir.Value, isum: ir.Value, scale: ir.Value) -> ir.Val
 # One weight block against R rows: each returns the R updated <8 x float> accumulators.
 # `col` is the block's first weight index, `blk` its index in the row.
 
+def _w32(tv: int, k: _Block) -> ir.Value:
+    """A Q8_0/Q4_0 block's 32 weights as <32 x i8>."""
+    if tv == Q8_0:
+        return k.bytes(2, 32)
+    q = k.bytes(2, 16)  # Q4_0: low nibbles are weights 0-15, high nibbles 16-31, both offset by 8
+    w = k.b.shuffle_vector(k.and8(q, 15), k.shr8(q, 4), ir.Constant(_vec(_I32, 32), list(range(32))))
+    return k.b.sub(w, k.const(_I8, [8] * 32))
+
+
+def _blk32_pair(tv: int, k0: _Block, k1: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
+                blk: ir.Value) -> list[ir.Value]:
+    """Two consecutive 32-value blocks as `_blk32` twice, their integer sums in one 512-bit
+    multiply-add (AVX-512BW, which has no `vpsignb`: x's sign is flipped by a select where w < 0)
+    and the float steps as before, block by block: the same bits."""
+    b = k0.b
+    w = b.shuffle_vector(_w32(tv, k0), _w32(tv, k1), ir.Constant(_vec(_I32, 64), list(range(64))))
+    absw = _x86(b, "llvm.abs.v64i8", _vec(_I8, 64), w, ir.Constant(ir.IntType(1), 0))
+    negative = b.icmp_signed("<", w, ir.Constant(_vec(_I8, 64), [0] * 64))
+    d0, d1 = k0.f16(0), k1.f16(0)
+    ones = ir.Constant(_vec(_I16, 32), [1] * 32)
+    blk1 = b.add(blk, ir.Constant(_I64, 1))
+    out = []
+    for row, acc in zip(rows, accs, strict=True):
+        x = row.values64(col)
+        x = b.select(negative, b.sub(ir.Constant(_vec(_I8, 64), [0] * 64), x), x)
+        wide = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16),
+                    _x86(b, "llvm.x86.avx512.pmaddubs.w.512", _vec(_I16, 32), absw, x), ones)
+        lo = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8))))
+        hi = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8, 16))))
+        acc = _scaled(k0, acc, lo, b.fmul(d0, row.scale(blk)))
+        out.append(_scaled(k0, acc, hi, b.fmul(d1, row.scale(blk1))))
+    return out
+
+
 def _blk32(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
            blk: ir.Value) -> list[ir.Value]:
     b = k.b
     d = k.f16(0)
-    if tv == Q8_0:
-        w = k.bytes(2, 32)
-    else:  # Q4_0: low nibbles are weights 0-15, high nibbles 16-31, both offset by 8
-        q = k.bytes(2, 16)
-        w = b.shuffle_vector(k.and8(q, 15), k.shr8(q, 4), ir.Constant(_vec(_I32, 32), list(range(32))))
-        w = b.sub(w, k.const(_I8, [8] * 32))
+    w = _w32(tv, k)
     ones = k.const(_I16, [1] * 16)
     out = []
     for row, acc in zip(rows, accs, strict=True):
@@ -316,13 +345,23 @@ def idot_rows(typingctx, t, r, raw, p0, n_blocks, xq, xd, xs, x_row0):
 
         def body(first, count):
             accs = [b.load(s) for s in slots]
+            ptrs, cols, blks = [], [], []
             for u in range(count):
                 blk_i = b.add(first, ir.Constant(_I64, u))
                 ptr = b.gep(raw_a.data, [b.add(p0_v, b.mul(blk_i, ir.Constant(_I64, tsize)))])
                 for line in range(0, tsize, 64):
                     _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]))
-                col = b.mul(blk_i, ir.Constant(_I64, blk_w))
-                accs = _block(tv, _Block(b, ptr), rows, accs, col, blk_i)
+                ptrs.append(ptr)
+                cols.append(b.mul(blk_i, ir.Constant(_I64, blk_w)))
+                blks.append(blk_i)
+            u = 0
+            while u < count:
+                if tv in (Q4_0, Q8_0) and x86_avx512() and u + 1 < count:
+                    accs = _blk32_pair(tv, _Block(b, ptrs[u]), _Block(b, ptrs[u + 1]), rows, accs, cols[u], blks[u])
+                    u += 2
+                    continue
+                accs = _block(tv, _Block(b, ptrs[u]), rows, accs, cols[u], blks[u])
+                u += 1
             for s, a in zip(slots, accs, strict=True):
                 b.store(a, s)
 
