@@ -115,7 +115,7 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
         return texts, toks / ms * 1e3, Timings.of(out.stats).tokens_per_forward, dg
 
     run("auto")  # warm-up
-    ar_ts, auto_ts, same, dg = [], [], True, 0
+    ar_ts, auto_ts, forced_ts, same, dg = [], [], [], True, 0
     for k in range(rounds):  # alternate which mode runs first, as above
         if k % 2 == 0:
             ta, ra, _, _ = run("ar")
@@ -123,13 +123,15 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
         else:
             tb, rb, _, d = run("auto")
             ta, ra, _, _ = run("ar")
+        tc, rc, _, _ = run("diffusion")  # every block diffusion's: what auto could reach
         ar_ts.append(ra)
         auto_ts.append(rb)
-        same &= ta == tb
+        forced_ts.append(rc)
+        same &= ta == tb == tc
         dg = d
-    ar, auto = statistics.median(ar_ts), statistics.median(auto_ts)
+    ar, auto, forced = statistics.median(ar_ts), statistics.median(auto_ts), statistics.median(forced_ts)
     return {"threads": threads, "sums": len(pairs), "ar": ar, "auto": auto, "ratio": auto / ar, "same": same,
-            "diffusion_tokens": dg}
+            "diffusion_tokens": dg, "forced": forced / ar}
 
 
 def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: int) -> list[dict]:
@@ -162,8 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sums", type=int, default=20)
     ap.add_argument("--coresets", type=int, nargs="*", default=[0, 16, 8], help="0: every expert")
     ap.add_argument("-r", "--rounds", type=int, default=3)
+    ap.add_argument("--demo-only", action="store_true", help="only the demo's held-out sums")
     args = ap.parse_args(argv)
-    path = args.model or _real_shape(args.layers)
+    path = None if args.demo_only else args.model or _real_shape(args.layers)
     home = os.environ.get("CLOVER_HOME")
     print(f"model: {path}\n")
     print("| threads | tokens | AR t/s | auto t/s | auto/AR | same text | diffusion tokens | auto's banner |")
@@ -175,20 +178,22 @@ def main(argv: list[str] | None = None) -> None:
             from clover_runtime.decoding import calibration
 
             calibration._memory.clear()
-            for r in random_weights(path, t, args.n, args.rounds):
+            for r in [] if args.demo_only else random_weights(path, t, args.n, args.rounds):
                 print(f"| {t} | {r['n']} | {r['ar']:.2f} | {r['auto']:.2f} | **{r['ratio']:.2f}×** | {r['same']} | "
                       f"{r['diffusion_tokens']:.0f} | {r['note']} |", flush=True)
             demo.append(demo_sums(t, args.sums, args.rounds))
-            forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds)
+            if not args.demo_only:
+                forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds)
     if home is None:
         os.environ.pop("CLOVER_HOME", None)
     else:
         os.environ["CLOVER_HOME"] = home
-    print("\n| threads | held-out sums | AR t/s | default t/s | default/AR | every answer AR's | diffusion tokens |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| threads | held-out sums | AR t/s | default t/s | default/AR | every answer AR's | diffusion tokens "
+          "| --decode diffusion/AR |")
+    print("|---|---|---|---|---|---|---|---|")
     for d in demo:
         print(f"| {d['threads']} | {d['sums']} | {d['ar']:.1f} | {d['auto']:.1f} | **{d['ratio']:.2f}×** | "
-              f"{d['same']} | {d['diffusion_tokens']} |")
+              f"{d['same']} | {d['diffusion_tokens']} | {d['forced']:.2f}× |")
     print("\n| threads | expert coreset | AR t/s | forced 32-token drafts t/s | ratio | pass cost (decode steps) |")
     print("|---|---|---|---|---|---|")
     for f in forced:

@@ -161,6 +161,29 @@ def test_an_earlier_reply_s_estimate_outweighs_one_probe_block() -> None:
     assert alone.next().mode == "ar"
 
 
+def test_two_early_blocks_that_keep_few_tokens_do_not_hand_a_fresh_reply_to_ar() -> None:
+    """The demo at 1 thread (recorded): AR steps of 2.79 ms, a reply's first blocks 10.9 ms for 4
+    tokens and 10.4 ms for 3. With so few blocks seen, a block may yet keep far more (the demo's
+    average is ~7.7), so diffusion goes on; the old rule handed the rest of the reply to AR, and
+    auto ran at 1.12x AR where every block diffusion's ran at 1.63x."""
+    chooser = AutoDecode(32, None)
+    chooser.record_ar(0.0084, 3, step_s=0.00279)
+    chooser.record_block(0.0109, 4, 32)
+    chooser.record_block(0.0104, 3, 32)
+    assert chooser.next().mode == "diffusion"
+    run = simulate(chooser, 2000, 0.00279, (0.0109, 4), (0.0104, 3), (0.011, 17), (0.0101, 1), (0.0106, 13))
+    assert run["ar_n"] == 0  # 7.6 tokens a block: 1.4 ms a token against AR's 2.79
+
+
+def test_blocks_that_keep_one_token_still_hand_over_to_ar() -> None:
+    """Random weights: a block keeps the one token AR would write. However few blocks were seen,
+    one costing 15 steps loses even if a block could keep a quarter of its 32 positions more."""
+    chooser = AutoDecode(32, None)
+    chooser.record_ar(0.081, 3, step_s=0.027)
+    chooser.record_block(0.41, 1, 32)
+    assert chooser.next().mode == "ar"
+
+
 def test_ar_is_priced_by_its_typical_step_not_a_first_slow_one() -> None:
     chooser = AutoDecode(32, None)
     chooser.record_ar(4.7, 2, step_s=0.0023)  # the first step loaded kernels: 4.7 s

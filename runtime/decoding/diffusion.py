@@ -298,8 +298,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             block = block[:end].copy()  # the window's draft, without the masks past it
         carried = np.empty(0, dtype=np.int64)
         scored: list[TokenLogprob] | None = None
+        drafted = len(block) - c
         if verify:
-            drafted = len(block) - c
             block, last_logits, cut_at, scored = _verified_commit(model, block, state, last_logits, before, sp, rng,
                                                                    stops, stats, start=c, logprobs=params.logprobs,
                                                                    con=con)
@@ -315,7 +315,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         stats.generated_tokens += len(final) - c
         stats.blocks += 1
         if chooser is not None:
-            chooser.record_block(clock.now() - t_block, stats.generated_tokens - n_block)
+            chooser.record_block(clock.now() - t_block, stats.generated_tokens - n_block, drafted)
         stats.diffusion_tokens += stats.generated_tokens - n_block
         stats.diffusion_ms += (clock.now() - t_block) * 1e3
         kept = tuple(scored[:len(final) - c]) if scored is not None else None
