@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .engine.model import Model
-from .engine.weights import Weights
-from .gguf_file import GGUFModelFile, open_gguf
+from .engine.weights import Weights, host_matrices
+from .gguf_file import open_gguf
 from .model_config import describe
 from .offload import OffloadRequest
 from .resident import keep_in_memory
@@ -43,9 +43,11 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
             from .torch_backend.group import open_device_group
 
             group = open_device_group(file, config, offload)
-        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group,
-                          in_memory=_in_memory(file, group, in_memory if offload is None or in_memory is not None
-                                               else offload.in_memory))
+        if in_memory is None and offload is not None:
+            in_memory = offload.in_memory
+        if in_memory is None:
+            in_memory = keep_in_memory(sum(file.tensors[n].n_bytes for n in host_matrices(file, group)))
+        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group, in_memory=in_memory)
         model = Model(file, config, weights)
         if group is not None:
             from .torch_backend.layers import DeviceLayers  # torch: only once a device is in use
@@ -56,12 +58,3 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
         file.close()
         raise
     return model
-
-
-def _in_memory(file: GGUFModelFile, group: object, asked: bool | None) -> bool:
-    """`load_model`'s in_memory: as asked, else the automatic choice for the bytes the host reads."""
-    if asked is not None:
-        return asked
-    on_device = getattr(group, "matrices", None) or {}
-    host = sum(i.n_bytes for n, i in file.tensors.items() if len(i.shape) in (2, 3) and n not in on_device)
-    return keep_in_memory(host)

@@ -24,7 +24,7 @@ MAX_BACKOFF = 16
 # the square root of their count: diffusion backs off only when even that optimistic count loses.
 # A reply's blocks keep 1 to 30 tokens (the demo's average is ~7.7); two early blocks keeping 3
 # and 4 sent the rest of the reply to AR at 1 thread (auto 1.12x AR, every block diffusion's
-# 1.63x). On random weights (nothing agrees) a second, 8-row probe still loses and backs off.
+# 1.63x). On random weights (nothing agrees) a block keeps 1 token for 10+ steps and loses at once.
 SPREAD = 0.25
 SEEDED_BLOCKS = 8  # the blocks earlier replies' verdict on a file (`Costs.relative`) counts as
 ALPHA = 0.5  # weight of the newest measurement in the running estimates

@@ -57,6 +57,16 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
+def host_matrices(file: GGUFModelFile, device_group: DeviceGroup | None = None) -> set[str]:
+    """The 2-D and 3-D tensors the host's products read: every one but those on a GPU and the
+    token embedding when the model has its own output head (a lookup reads a few rows)."""
+    on_device = device_group.matrices if device_group is not None else {}
+    names = {n for n, i in file.tensors.items() if len(i.shape) in (2, 3) and n not in on_device}
+    if "output.weight" in names:
+        names.discard("token_embd.weight")
+    return names
+
+
 class Weights:
     """The tensors of one opened GGUF file, with the single entry point for weight products."""
 
@@ -68,7 +78,7 @@ class Weights:
         # matrices are read into memory (`resident`) when `in_memory`, else used from the mapped file
         self.device_group = device_group
         self.backend = resolve_backend(backend)
-        self._read_in: set[str] = self.product_tensors() if in_memory and self.backend == "numba" else set()
+        self._read_in = host_matrices(file, device_group) if in_memory and self.backend == "numba" else set()
         self.n_threads = n_threads
         self.exact_kernels = exact_kernels
         on_device = device_group.matrices if device_group is not None else {}
@@ -97,15 +107,6 @@ class Weights:
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # forwards of different sequences may run on different threads
         self._small: dict[str, np.ndarray] = {}
-
-    def product_tensors(self) -> set[str]:
-        """The 2-D and 3-D tensors the host's products read: every one but those on a GPU and the
-        token embedding when the model has its own output head (a lookup reads a few rows)."""
-        on_device = self.device_group.matrices if self.device_group is not None else {}
-        names = {n for n, i in self.file.tensors.items() if len(i.shape) in (2, 3) and n not in on_device}
-        if "output.weight" in names:
-            names.discard("token_embd.weight")
-        return names
 
     def enter(self) -> None:
         """Apply the thread count in the calling thread (numba's setting is per thread); cheap

@@ -150,6 +150,11 @@ def _scaled(k: _Block, acc: ir.Value, isum: ir.Value, scale: ir.Value) -> ir.Val
 # One weight block against R rows: each returns the R updated <8 x float> accumulators.
 # `col` is the block's first weight index, `blk` its index in the row.
 
+def _halves(b: ir.IRBuilder, wide: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The low and high <8 x i32> halves of a 512-bit <16 x i32> sum."""
+    return tuple(b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(h, h + 8)))) for h in (0, 8))
+
+
 def _w32(tv: int, k: _Block) -> ir.Value:
     """A Q8_0/Q4_0 block's 32 weights as <32 x i8>."""
     if tv == Q8_0:
@@ -177,8 +182,7 @@ def _blk32_pair(tv: int, k0: _Block, k1: _Block, rows: list[_Row], accs: list[ir
         x = b.select(negative, b.sub(ir.Constant(_vec(_I8, 64), [0] * 64), x), x)
         wide = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16),
                     _x86(b, "llvm.x86.avx512.pmaddubs.w.512", _vec(_I16, 32), absw, x), ones)
-        lo = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8))))
-        hi = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8, 16))))
+        lo, hi = _halves(b, wide)
         acc = _scaled(k0, acc, lo, b.fmul(d0, row.scale(blk)))
         out.append(_scaled(k0, acc, hi, b.fmul(d1, row.scale(blk1))))
     return out
@@ -244,9 +248,7 @@ def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Val
             part = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16),
                         _x86(b, "llvm.x86.avx512.pmaddubs.w.512", _vec(_I16, 32), vals[g], x), scales[g])
             wide = part if wide is None else b.add(wide, part)
-        lo = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8))))
-        hi = b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(8, 16))))
-        return b.add(lo, hi)
+        return b.add(*_halves(b, wide))
     isum = None
     for j in range(8):
         x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
