@@ -22,6 +22,7 @@ DRIFT = 0.10
 FILE_NAME = "decode-costs.json"
 _lock = threading.Lock()
 _memory: dict[str, Costs] = {}
+_written: dict[str, Costs] = {}  # what the file holds for a key, as this process last read or wrote it
 _waited: dict[str, float] = {}  # AR seconds since diffusion was last tried, across this process's replies
 
 
@@ -75,7 +76,7 @@ def load(model: Any) -> Costs | None:
             return _memory[key]
         costs = _costs(_read().get(key))
         if costs is not None:
-            _memory[key] = costs
+            _memory[key] = _written[key] = costs
         return costs
 
 
@@ -91,13 +92,15 @@ def _drifted(old: Costs | None, new: Costs) -> bool:
 
 
 def update(model: Any, costs: Costs) -> None:
-    """Remember what a reply measured; the file is rewritten (atomically) only when a figure drifted."""
+    """Remember what a reply measured; the file is rewritten (atomically) only when a figure drifted
+    from what it holds (against the last reply's figures, a slow drift rewrote it after every
+    reply: an fsync that cost the demo 3 % of its speed)."""
     key = model_key(model)
     with _lock:
-        old = _memory.get(key)
         _memory[key] = costs
-        if not _drifted(old, costs):
+        if not _drifted(_written.get(key), costs):
             return
+        _written[key] = costs
         data = _read()
         data[key] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative,
                      "block_tokens": costs.block_tokens}

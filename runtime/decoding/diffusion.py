@@ -218,11 +218,14 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
     window = block_length  # positions a checked block drafts (`policy.draft_window`)
+    tail: _Tail | None = None  # the last cut commit's own draft for the positions after AR's token
+    unjudged = [0.0, 0, 0]  # seconds, tokens and drafted positions not yet reported to the chooser
     clock = _Clock()
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
         choice = chooser.next() if chooser is not None else None
         if choice is not None and choice.mode == "ar":
+            tail = None
             n = min(choice.tokens, params.max_tokens - stats.generated_tokens)
             t0, n0 = clock.now(), stats.generated_tokens
             steps: list[float] = []
@@ -251,6 +254,15 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         masked = np.ones(size, dtype=bool)
         masked[:c] = False
         end = min(size, c + window) if verify else size  # the draft covers positions c..end
+        from_tail = False
+        if tail is not None:  # the block is the tail's draft alone: no preview pass
+            drafted_by_tail = tail.tokens(mask, end)[:end - c]
+            tail = None
+            if len(drafted_by_tail):
+                end = c + len(drafted_by_tail)
+                block[c:end] = drafted_by_tail
+                masked[c:end] = False
+                from_tail = True
         before = history - Counter(int(t) for t in carried)  # what AR's picks in this block are penalised by
         passes = 0
         while masked[:end].any():
@@ -300,13 +312,17 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         scored: list[TokenLogprob] | None = None
         drafted = len(block) - c
         if verify:
-            block, last_logits, cut_at, scored = _verified_commit(model, block, state, last_logits, before, sp, rng,
-                                                                   stops, stats, start=c, logprobs=params.logprobs,
-                                                                   con=con)
-            window = policy.draft_window(block_length, window, drafted, None if cut_at is None else cut_at - c)
+            block, last_logits, cut_at, scored, rows = _verified_commit(
+                model, block, state, last_logits, before, sp, rng, stops, stats, start=c, logprobs=params.logprobs,
+                con=con)
+            kept = None if cut_at is None else cut_at - c
+            if not from_tail:  # the window follows what previews draft well
+                window = policy.draft_window(block_length, window, drafted, kept)
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
+                if rows is not None and policy.reuse_tail(from_tail, kept):
+                    tail = _Tail(rows, cut_at)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
         if cut is None and not verify:
@@ -314,8 +330,13 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             stats.forwards += 1
         stats.generated_tokens += len(final) - c
         stats.blocks += 1
-        if chooser is not None:
-            chooser.record_block(clock.now() - t_block, stats.generated_tokens - n_block, drafted)
+        if chooser is not None:  # a block and the tail drafts that follow it are judged together; a stop
+            # token counts as written (AR spends a step on it too: a reply's last block was judged 0 tokens)
+            done = (clock.now() - t_block, stats.generated_tokens - n_block + (cut is not None), drafted)
+            unjudged = [a + b for a, b in zip(unjudged, done, strict=True)]
+            if tail is None:
+                chooser.record_block(*unjudged)
+                unjudged = [0.0, 0, 0]
         stats.diffusion_tokens += stats.generated_tokens - n_block
         stats.diffusion_ms += (clock.now() - t_block) * 1e3
         kept = tuple(scored[:len(final) - c]) if scored is not None else None
@@ -378,14 +399,15 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
                      stats: GenerationStats, start: int = 0, logprobs: int | None = None,
                      con: Constraint | None = None,
-                     ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None]:
+                     ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None, Any]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix AR
     accepts plus AR's own token where it first refuses (`policy.verify_commits`, `policy.accept_draft`).
 
-    Returns (tokens, logits, cut). Without a cut: the block, committed, and the logits that predict
-    the next position (None after a stop). At a cut: the kept tokens and AR's one, the state
-    returned to the block's start and the logits unchanged, so the next block starts with them
-    known (no forward of its own). The first `start` tokens are AR's already. With `logprobs`, the
+    Returns (tokens, logits, cut, scored, rows). Without a cut: the block, committed, and the
+    logits that predict the next position (None after a stop). At a cut: the kept tokens and AR's
+    one, the state returned to the block's start and the logits unchanged, so the next block
+    starts with them known (no forward of its own), and the commit's rows, whose picks past the
+    cut may draft it (`_Tail`; None after a stop). The first `start` tokens are AR's already. With `logprobs`, the
     fourth item scores each token from `start` on (a stop token included) under AR's penalised
     logits at its position: the distribution the commit accepted or drew it from. A grammar
     (`con`) masks AR's logits at each position (logprobs are then the masked distribution's) and
@@ -410,9 +432,32 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
         if token != int(block[i]):
             stats.corrections += 1
             model.restore(state, snapshot)
-            return np.append(block[:i], token), (None if token in stops else last_logits), i, scored
+            ended = token in stops
+            return np.append(block[:i], token), (None if ended else last_logits), i, scored, (None if ended else rows)
         seen[token] += 1
     if cut is not None:
         model.restore(state, snapshot)
-        return block[:n], None, None, scored
-    return block, rows[-1], None, scored
+        return block[:n], None, None, scored, None
+    return block, rows[-1], None, scored, None
+
+
+class _Tail:
+    """A cut commit's draft for the positions after AR's token: at each, the pick of the commit's
+    own causal logits (computed over the refused draft), read lazily so only the next block's
+    window pays for head rows (`policy.reuse_tail`)."""
+
+    def __init__(self, rows: Any, cut: int) -> None:
+        self.rows, self.cut = rows, cut
+
+    def tokens(self, mask: int, end: int) -> np.ndarray:
+        """Picks for block positions cut+1 .. end-1 (row p-1 predicts position p), never the mask."""
+        out = []
+        for p in range(self.cut + 1, min(end, len(self.rows) + 1)):
+            row = self.rows[p - 1]
+            best = int(np.argmax(row))
+            if best == mask:
+                row = row.copy()
+                row[mask] = -np.inf
+                best = int(np.argmax(row))
+            out.append(best)
+        return np.array(out, dtype=np.int64)

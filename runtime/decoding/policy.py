@@ -135,6 +135,20 @@ def verified_draft(block: np.ndarray, masked: np.ndarray, start: int) -> np.ndar
     return block[:max(first, start + 1)].copy()
 
 
+TAIL_MIN_KEPT = 2  # a tail draft that kept fewer new tokens is not followed by another
+
+
+def reuse_tail(from_tail: bool, kept: int) -> bool:
+    """After a verified commit cut a block, may the next draft be the commit's own tail (the picks of
+    its causal logits past AR's refusal, computed over the refused draft: a Jacobi step) instead of
+    preview passes? A tail costs head rows, a preview pass the whole trunk. It is tried after a
+    preview's draft kept at least one token (on random weights nothing is kept and a tail is
+    noise), and again while a tail keeps `TAIL_MIN_KEPT`. On the demo a draft usually fails at one
+    digit, and the tail, which AR wrote past it, often holds the rest. Only speed changes: the
+    commit checks every draft."""
+    return kept >= (TAIL_MIN_KEPT if from_tail else 1)
+
+
 MIN_WINDOW = 8  # the integer kernels' widest pass of rows (and the lazy head's group)
 
 
