@@ -217,6 +217,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     history: Counter = Counter()
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
+    held = 0  # how many of them the state already holds (`Model.cut`); previews then start at `block_start`
+    block_start: Any = None
     window = block_length  # positions a checked block drafts (`policy.draft_window`)
     tail: _Tail | None = None  # the last cut commit's own draft for the positions after AR's token
     unjudged = [0.0, 0, 0]  # seconds, tokens and drafted positions not yet reported to the chooser
@@ -230,8 +232,9 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             t0, n0 = clock.now(), stats.generated_tokens
             steps: list[float] = []
             ended, carried, last_logits, block_index = yield from _ar_span(
-                model, state, carried, last_logits, n, history, sp, rng, stops, stats, block_index, cancel, clock,
-                params.logprobs, con, steps)
+                model, state, carried[held:], last_logits, n, history, sp, rng, stops, stats, block_index, cancel,
+                clock, params.logprobs, con, steps)
+            held, block_start = 0, None
             spent, added = clock.now() - t0, stats.generated_tokens - n0
             chooser.record_ar(spent, added, statistics.median_low(steps) if steps else None)
             stats.ar_tokens += added
@@ -241,13 +244,14 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             continue
         t_block, n_block = clock.now(), stats.generated_tokens
         c = len(carried)
-        size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining)
+        size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining + held)
         if size <= c:  # a whole block kept: commit it as it is, then go on with a fresh one
-            if c == 0 or state.remaining <= c:
+            if c == 0 or state.remaining <= c - held:
                 return
-            last_logits = model.forward(carried, state, last_only=True)[0]
+            last_logits = model.forward(carried[held:], state, last_only=True)[0]
             stats.forwards += 1
             carried = carried[:0]
+            held, block_start = 0, None
             continue
         block = np.full(size, mask, dtype=np.int64)
         block[:c] = carried
@@ -276,8 +280,8 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
                 parts.append(last_logits[None, :])
             if rows:
                 t_pass = clock.now()
-                res = model.preview(block, state, logit_rows=rows, expert_coreset=params.expert_coreset,
-                                    gdn_preview=params.gdn_preview)
+                res = model.preview(block, block_start if held else state, logit_rows=rows,
+                                    expert_coreset=params.expert_coreset, gdn_preview=params.gdn_preview)
                 if chooser is not None:
                     chooser.record_pass(clock.now() - t_pass)
                 parts.append(res.logits)
@@ -312,9 +316,11 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
         scored: list[TokenLogprob] | None = None
         drafted = len(block) - c
         if verify:
-            block, last_logits, cut_at, scored, rows = _verified_commit(
+            start_state, held_before = (block_start if held else state.copy()), held
+            block, last_logits, cut_at, scored, rows, held = _verified_commit(
                 model, block, state, last_logits, before, sp, rng, stops, stats, start=c, logprobs=params.logprobs,
-                con=con)
+                con=con, held=held)
+            block_start = start_state if held else None
             kept = None if cut_at is None else cut_at - c
             if not from_tail:  # the window follows what previews draft well
                 window = policy.draft_window(block_length, window, drafted, kept)
@@ -322,7 +328,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
                 if rows is not None and policy.reuse_tail(from_tail, kept):
-                    tail = _Tail(rows, cut_at)
+                    tail = _Tail(rows, cut_at, held_before)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
         if cut is None and not verify:
@@ -398,16 +404,19 @@ def _ar_span(model: Any, state: Any, pending: np.ndarray, logits: np.ndarray, n:
 def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.ndarray, history: Counter,
                      sp: SamplingParams, rng: np.random.Generator, stops: frozenset[int],
                      stats: GenerationStats, start: int = 0, logprobs: int | None = None,
-                     con: Constraint | None = None,
-                     ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None, Any]:
+                     con: Constraint | None = None, held: int = 0,
+                     ) -> tuple[np.ndarray, Any, int | None, list[TokenLogprob] | None, Any, int]:
     """Commit a resolved block through its stop token (if any), keeping the longest prefix AR
     accepts plus AR's own token where it first refuses (`policy.verify_commits`, `policy.accept_draft`).
 
-    Returns (tokens, logits, cut, scored, rows). Without a cut: the block, committed, and the
-    logits that predict the next position (None after a stop). At a cut: the kept tokens and AR's
-    one, the state returned to the block's start and the logits unchanged, so the next block
-    starts with them known (no forward of its own), and the commit's rows, whose picks past the
-    cut may draft it (`_Tail`; None after a stop). The first `start` tokens are AR's already. With `logprobs`, the
+    The state already holds the block's first `held` tokens (an earlier cut kept them): the
+    forward runs from there. Returns (tokens, logits, cut, scored, rows, held). Without a cut: the
+    block, committed, and the logits that predict the next position (None after a stop). At a cut:
+    the kept tokens and AR's one, so the next block starts with them known (no forward of its
+    own), the state holding the kept ones where the engine can cut its pass there (`Model.cut`:
+    the returned `held`), else returned to where it was; the logits that predicted AR's token; and
+    the commit's rows, whose picks past the cut may draft the rest (`_Tail`; None after a stop).
+    The first `start` tokens are AR's already. With `logprobs`, the
     fourth item scores each token from `start` on (a stop token included) under AR's penalised
     logits at its position: the distribution the commit accepted or drew it from. A grammar
     (`con`) masks AR's logits at each position (logprobs are then the masked distribution's) and
@@ -415,12 +424,12 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
     cut = policy.first_stop(block.tolist(), stops)
     n = len(block) if cut is None else cut + 1
     snapshot = state.copy()
-    rows = model.forward_rows(block[:n], state)  # logits computed as read: up to AR's first refusal
+    rows = model.forward_rows(block[held:n], state, cuttable=True)  # logits computed as read: up to AR's first refusal
     stats.forwards += 1
     seen = history + Counter(int(t) for t in block[:start])
     scored: list[TokenLogprob] | None = [] if logprobs is not None else None
     for i in range(start, n):
-        logits = last_logits if i == 0 else rows[i - 1]
+        logits = last_logits if i == held else rows[i - held - 1]
         if con is not None:
             logits = con.mask(logits, stops)
         row = apply_penalties(logits[None, :], seen, sp)[0]
@@ -431,14 +440,19 @@ def _verified_commit(model: Any, block: np.ndarray, state: Any, last_logits: np.
             con.advance(token)
         if token != int(block[i]):
             stats.corrections += 1
-            model.restore(state, snapshot)
-            ended = token in stops
-            return np.append(block[:i], token), (None if ended else last_logits), i, scored, (None if ended else rows)
+            kept = np.append(block[:i], token)
+            if token in stops:
+                model.restore(state, snapshot)
+                return kept, None, i, scored, None, held
+            if not model.cut(state, snapshot, rows, i - held):
+                model.restore(state, snapshot)
+                return kept, last_logits, i, scored, rows, held
+            return kept, (last_logits if i == held else rows[i - held - 1]), i, scored, rows, i
         seen[token] += 1
     if cut is not None:
         model.restore(state, snapshot)
-        return block[:n], None, None, scored, None
-    return block, rows[-1], None, scored, None
+        return block[:n], None, None, scored, None, held
+    return block, rows[-1], None, scored, None, 0
 
 
 class _Tail:
@@ -446,14 +460,14 @@ class _Tail:
     own causal logits (computed over the refused draft), read lazily so only the next block's
     window pays for head rows (`policy.reuse_tail`)."""
 
-    def __init__(self, rows: Any, cut: int) -> None:
-        self.rows, self.cut = rows, cut
+    def __init__(self, rows: Any, cut: int, held: int) -> None:
+        self.rows, self.cut, self.held = rows, cut, held  # the commit's rows start at block position `held`
 
     def tokens(self, mask: int, end: int) -> np.ndarray:
-        """Picks for block positions cut+1 .. end-1 (row p-1 predicts position p), never the mask."""
+        """Picks for block positions cut+1 .. end-1 (row p-held-1 predicts position p), never the mask."""
         out = []
-        for p in range(self.cut + 1, min(end, len(self.rows) + 1)):
-            row = self.rows[p - 1]
+        for p in range(self.cut + 1, min(end, len(self.rows) + self.held + 1)):
+            row = self.rows[p - self.held - 1]
             best = int(np.argmax(row))
             if best == mask:
                 row = row.copy()

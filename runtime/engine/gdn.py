@@ -184,10 +184,30 @@ def _fused(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state:
     n = h.shape[0]
     ring, s = state.gdn(L.index)
     u, z, b, a = w.products([L.qkv, L.z, L.beta, L.alpha], h)
+    if state.mixer_inputs is not None:
+        state.mixer_inputs.setdefault(L.index, []).append((u, b, a))
     y, new_ring, s_new = w.gdn_mixer_kernel(
         u, ring, L.conv, z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim), b, a, L.dt_bias, L.a, s,
         L.ssm_norm, cfg.rms_eps, cfg.ssm_k_heads, S_out=s_out)
     return L.out.matmul(y), new_ring, s_new
+
+
+def replay(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, inputs: list[tuple[np.ndarray, ...]], n: int,
+           start: SequenceState, state: SequenceState) -> None:
+    """Set `state`'s conv ring and recurrent state of layer L to those after the first `n` rows of
+    a pass that began at `start`, from the mixer inputs the pass recorded (`_fused`): the same
+    compiled steps over the same inputs, so the same bits as a pass of those `n` rows alone,
+    without their projections."""
+    ring0, s0 = start.gdn(L.index)
+    ring, s = state.gdn(L.index)
+    u, b, a = (np.concatenate([part[j] for part in inputs])[:n] for j in range(3))
+    ring[...] = ring0
+    s[...] = s0
+    for r0, r1 in segments(start.n_past, n, RECURRENT_MAX_ROWS):
+        z = np.zeros((r1 - r0, cfg.ssm_v_heads, cfg.ssm_v_dim), np.float32)  # gates only the output
+        _, new_ring, _ = w.gdn_mixer_kernel(u[r0:r1], ring, L.conv, z, b[r0:r1], a[r0:r1], L.dt_bias, L.a, s,
+                                            L.ssm_norm, cfg.rms_eps, cfg.ssm_k_heads, S_out=s)
+        ring[...] = new_ring
 
 
 def clover_mix(q: np.ndarray, k: np.ndarray, v: np.ndarray, s: np.ndarray, scale: np.ndarray,

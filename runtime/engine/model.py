@@ -46,6 +46,7 @@ class LazyLogits:
         self._model = model
         self._pieces = pieces
         self._done: dict[int, np.ndarray] = {}
+        self.mixer_inputs: dict[int, list[tuple[np.ndarray, ...]]] | None = None  # `Model.cut`
         self.computed = 0  # rows whose logits were computed
 
     def __len__(self) -> int:
@@ -167,16 +168,38 @@ class Model:
         return out
 
     @_one_pass_at_a_time
-    def forward_rows(self, token_ids: Any, state: SequenceState) -> LazyLogits:
+    def forward_rows(self, token_ids: Any, state: SequenceState, *, cuttable: bool = False) -> LazyLogits:
         """`forward` whose logits are computed when first read, `HEAD_ROWS` rows at a time.
 
         A verified commit reads its rows in order and stops at AR's first refusal; on a file whose
         LM head dominates (248K rows), most of a 32-row commit was logits nobody read. Each row's
-        logits equal `forward`'s bit for bit (the head rounds a row alike in any batch)."""
+        logits equal `forward`'s bit for bit (the head rounds a row alike in any batch).
+        `cuttable` records what `cut` needs to keep only the rows before a refusal."""
         ids = self._ids(token_ids)
         if len(ids) == 0:
             raise CloverError("forward_rows needs at least one token")
-        return LazyLogits(self, [(c0, c1, x) for c0, c1, x in self._trunk(ids, state)])
+        state.mixer_inputs = {} if cuttable else None
+        try:
+            rows = LazyLogits(self, [(c0, c1, x) for c0, c1, x in self._trunk(ids, state)])
+        finally:
+            rows.mixer_inputs, state.mixer_inputs = state.mixer_inputs, None
+        return rows
+
+    @_one_pass_at_a_time
+    def cut(self, state: SequenceState, start: SequenceState, rows: LazyLogits, n: int) -> bool:
+        """Leave `state` holding only the first `n` tokens of the pass `rows` (from `forward_rows(...,
+        cuttable=True)`, begun at the snapshot `start`): K/V past them are dropped and each GDN
+        layer's state is replayed from `start` through those rows' recorded mixer inputs, so the
+        next pass need not run them again. False, with `state` unchanged, where a GDN layer's mixer
+        was not recorded (a device layer, or no compiled kernels): restore `start` then."""
+        gdn_layers = [self.layers[i] for i in self.config.gdn_layers]
+        record = rows.mixer_inputs
+        if record is None or any(L.index not in record for L in gdn_layers) or not 0 <= n <= len(rows):
+            return False
+        for L in gdn_layers:
+            gdn.replay(self.weights, self.config, L, record[L.index], n, start, state)
+        state.n_past = start.n_past + n
+        return True
 
     def _trunk(self, ids: np.ndarray, state: SequenceState) -> Iterator[tuple[int, int, Any]]:
         """The causal layers over `ids` in aligned chunks, advancing `state`: (start, end, rows)."""

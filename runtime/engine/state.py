@@ -75,6 +75,7 @@ class SequenceState:
         self.id = next(_ids)
         self._kv = kv
         self._gdn = gdn
+        self.mixer_inputs: dict[int, list[tuple[np.ndarray, ...]]] | None = None  # `Model.forward_rows(cuttable=)`
         kv.users.add(self)
         gdn.users.add(self)
 
