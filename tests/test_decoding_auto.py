@@ -373,3 +373,27 @@ def test_a_cut_commit_drafts_the_next_block_from_its_own_tail() -> None:
     assert replies["diffusion"].content == replies["ar"].content
     stats = replies["diffusion"].stats
     assert stats.passes < stats.blocks and stats.corrections > 0, stats
+
+
+def test_a_block_drafted_by_a_tail_is_not_started_once_cancelled() -> None:
+    """A block drafted by the commit's tail runs no preview pass, where the loop looked for a cancel:
+    on the demo the block after the first one is such a block, and a cancel set as the first block
+    arrives must end the reply there (a server's slot comes back as soon as its client leaves)."""
+    import threading
+
+    from clover_runtime.chat import load_chat
+    from clover_runtime.demo import demo_path
+
+    chat = load_chat(demo_path(), n_ctx=512, n_threads=1)
+    prompt = chat.prepare([{"role": "user", "content": "What is 47 + 38?"}],
+                          chat_template_kwargs={"enable_thinking": False}).ids
+    full = [e for e in generate(chat.model, prompt, DecodeParams(decode="diffusion", max_tokens=96))]
+    assert sum(isinstance(e, BlockEvent) for e in full) > 1 and full[-1].stats.passes < full[-1].stats.blocks
+    cancel = threading.Event()
+    after: list = []
+    for ev in generate(chat.model, prompt, DecodeParams(decode="diffusion", max_tokens=96), cancel=cancel):
+        if cancel.is_set():
+            after.append(ev)
+        elif isinstance(ev, BlockEvent):
+            cancel.set()
+    assert len(after) == 1 and after[0].stats.finish_reason == "cancelled", after

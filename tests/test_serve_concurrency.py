@@ -159,7 +159,10 @@ def test_clients_that_left_the_queue_free_their_places(model):
             t.start()
         for t in leavers:
             t.join(30)
-        _wait_for(lambda: _metrics(c)["clover:requests_deferred"] == 0, timeout=10, what="the queue to empty")
+        # the queue's gauge drops as a leaver's job is withdrawn, its cancellation is counted just after
+        _wait_for(lambda: (_metrics(c)["clover:requests_deferred"] == 0
+                           and _metrics(c)["clover:requests_cancelled_total"] == before + 2),
+                  timeout=10, what="the queue to empty and both leavers to be counted")
         after = _metrics(c)
         assert after["clover:requests_processing"] == 1  # left while the slot was still taken: never ran
         assert after["clover:requests_cancelled_total"] == before + 2

@@ -242,6 +242,9 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             if ended:
                 return
             continue
+        if cancel is not None and cancel.is_set():  # a block drafted by a tail runs no pass that would see it
+            stats.finish_reason = "cancelled"
+            return
         t_block, n_block = clock.now(), stats.generated_tokens
         c = len(carried)
         size = min(block_length, c + params.max_tokens - stats.generated_tokens, state.remaining + held)
