@@ -139,8 +139,8 @@ class AutoDecode:
         self.blocks += 1
         self.waited = 0.0
         ar = self.ar_spt if self.ar_spt is not None else self.dg_spt
-        hopeful = self._t / self._w + SPREAD * (drafted or self.block_length) / math.sqrt(self.blocks)
-        if self._s / self._w / hopeful <= ar:
+        hopeful = self.dg_tokens + SPREAD * (drafted or self.block_length) / math.sqrt(self.blocks)
+        if self.dg_s / hopeful <= ar:
             self.streak, self.wait = 0, 0.0
             return
         self.streak += 1

@@ -217,14 +217,14 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
     history: Counter = Counter()
     block_index = 0
     carried = np.empty(0, dtype=np.int64)  # a cut block's kept tokens: the next block starts with them
-    held = 0  # how many of them the state already holds (`Model.cut`); previews then start at `block_start`
-    block_start: Any = None
+    block_start: Any = None  # the state at the block's start, while the state holds some carried tokens (`Model.cut`)
     window = block_length  # positions a checked block drafts (`policy.draft_window`)
     tail: _Tail | None = None  # the last cut commit's own draft for the positions after AR's token
     unjudged = [0.0, 0, 0]  # seconds, tokens and drafted positions not yet reported to the chooser
     clock = _Clock()
     stats.finish_reason = "length"
     while stats.generated_tokens < params.max_tokens:
+        held = state.n_past - block_start.n_past if block_start is not None else 0  # carried tokens in the state
         choice = chooser.next() if chooser is not None else None
         if choice is not None and choice.mode == "ar":
             tail = None
@@ -234,7 +234,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             ended, carried, last_logits, block_index = yield from _ar_span(
                 model, state, carried[held:], last_logits, n, history, sp, rng, stops, stats, block_index, cancel,
                 clock, params.logprobs, con, steps)
-            held, block_start = 0, None
+            block_start = None
             spent, added = clock.now() - t0, stats.generated_tokens - n0
             chooser.record_ar(spent, added, statistics.median_low(steps) if steps else None)
             stats.ar_tokens += added
@@ -254,7 +254,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             last_logits = model.forward(carried[held:], state, last_only=True)[0]
             stats.forwards += 1
             carried = carried[:0]
-            held, block_start = 0, None
+            block_start = None
             continue
         block = np.full(size, mask, dtype=np.int64)
         block[:c] = carried
@@ -324,13 +324,13 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
                 model, block, state, last_logits, before, sp, rng, stops, stats, start=c, logprobs=params.logprobs,
                 con=con, held=held)
             block_start = start_state if held else None
-            kept = None if cut_at is None else cut_at - c
+            accepted = None if cut_at is None else cut_at - c
             if not from_tail:  # the window follows what previews draft well
-                window = policy.draft_window(block_length, window, drafted, kept)
+                window = policy.draft_window(block_length, window, drafted, accepted)
             history = before + Counter(int(t) for t in block)
             if cut_at is not None and int(block[-1]) not in stops:
                 carried = block
-                if rows is not None and policy.reuse_tail(from_tail, kept):
+                if rows is not None and policy.reuse_tail(from_tail, accepted):
                     tail = _Tail(rows, cut_at, held_before)
         cut = policy.first_stop(block.tolist(), stops)
         final = block if cut is None else block[:cut]
