@@ -24,3 +24,11 @@ def test_extremes_stay_finite_and_saturate():
     assert np.all(np.isfinite(s)) and s[0] < 1e-30 and s[1] < 1e-30 and s[2] == 1 and s[3] == 1
     np.testing.assert_allclose(act.silu(x)[2:], x[2:])
     assert np.all(np.abs(act.silu(x)[:2]) < 1e-20)
+
+
+def test_a_row_alone_rounds_as_in_a_large_batch():
+    x = (np.random.default_rng(3).standard_normal((40, 4096)) * 6).astype(np.float32)  # the parallel form
+    for fn in (act.sigmoid, act.silu):
+        big = fn(x)
+        for r in (0, 17, 39):  # the one-thread form, at other vector offsets than in the batch
+            np.testing.assert_array_equal(fn(x[r:r + 1, 1:]), big[r:r + 1, 1:])

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .layers import MoE
-from .ops import sigmoid, silu, softmax
+from .ops import compiled, sigmoid, silu, softmax
 from .weights import Weights
 
 
@@ -45,7 +45,11 @@ def coreset(routing: Routing, size: int) -> np.ndarray:
 
 
 def route(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, coreset_size: int | None = None) -> Routing:
-    probs = softmax(m.router.matmul(h))
+    logits = m.router.matmul(h)
+    rows = compiled("moe_rows")
+    if rows is not None and coreset_size is None:
+        return Routing(*rows.route(logits, cfg.n_expert_used))
+    probs = softmax(logits)
     routing = top_k(probs, cfg.n_expert_used)
     if coreset_size is not None:
         routing = top_k(probs, cfg.n_expert_used, coreset(routing, coreset_size))
@@ -53,7 +57,8 @@ def route(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, coreset_size: int
 
 
 def experts(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, routing: Routing) -> np.ndarray:
-    """Σ_j weight_j · down_e(SiLU(gate_e h) ⊙ up_e h) over each row's routed experts e = ids[:, j]."""
+    """down_e(SiLU(gate_e h) ⊙ up_e h) for each row's routed experts e = ids[:, j]: (n, k, hidden),
+    before their routing weights (`moe` sums them)."""
     f = cfg.expert_ff
     routes = w.routes(routing.ids, cfg.n_expert)
     if m.gate_up is not None:
@@ -61,8 +66,9 @@ def experts(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray, routing: Routin
         gate, up = gu[..., :f], gu[..., f:]
     else:
         gate, up = w.expert_products([m.gate, m.up], h, routing.ids, routes)
-    down = w.expert_products([m.down], silu(gate) * up, routing.ids, routes)[0]
-    return weighted_sum(routing.weights, down)
+    rows = compiled("moe_rows")
+    act = rows.swiglu(gate, up) if rows is not None else silu(gate) * up
+    return w.expert_products([m.down], act, routing.ids, routes)[0]
 
 
 def weighted_sum(weights: np.ndarray, down: np.ndarray) -> np.ndarray:
@@ -81,23 +87,30 @@ def row_dot(h: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.add.reduce(h * v, axis=1)
 
 
-def shared_expert(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
+def shared_products(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
+    """The shared expert's output before its sigmoid gate (None when the layer has none)."""
     if m.shared_down is None:
         return None
     gate, up = w.products([m.shared_gate, m.shared_up], h)
-    act = silu(gate) * up
-    out = m.shared_down.matmul(act)
-    if m.shared_gate_inp is not None:
-        out *= sigmoid(row_dot(h, m.shared_gate_inp))[:, None]
-    return out
+    rows = compiled("moe_rows")
+    act = rows.swiglu(gate[:, None], up[:, None])[:, 0] if rows is not None else silu(gate) * up
+    return m.shared_down.matmul(act)
 
 
 def moe(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray,
         coreset_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The layer's MoE output (n, hidden) and the distinct experts it used."""
+    """The layer's MoE output (n, hidden) and the distinct experts it used:
+    Σ_j weight_j · expert_j(h) + σ(h · shared_gate_inp) · shared(h)."""
     routing = route(w, cfg, m, h, coreset_size)
-    out = experts(w, cfg, m, h, routing)
-    shared = shared_expert(w, m, h)
+    down = experts(w, cfg, m, h, routing)
+    shared = shared_products(w, m, h)
+    used = np.unique(routing.ids)
+    rows = compiled("moe_rows")
+    if rows is not None:
+        return rows.mix(routing.weights, down, shared, h, m.shared_gate_inp), used
+    out = weighted_sum(routing.weights, down)
     if shared is not None:
+        if m.shared_gate_inp is not None:
+            shared *= sigmoid(row_dot(h, m.shared_gate_inp))[:, None]
         out += shared
-    return out, np.unique(routing.ids)
+    return out, used

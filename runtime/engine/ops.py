@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,12 @@ F32 = np.float32
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray:
-    """x / sqrt(mean(x²) + eps) ⊙ weight over the last axis (weights already hold the +1 offset)."""
+    """x / sqrt(mean(x²) + eps) ⊙ weight over the last axis (weights already hold the +1 offset).
+    One compiled call whenever numba imports (`kernels.norm`), at every size, so a row rounds
+    the same alone or in a block."""
+    norm = compiled("norm")
+    if norm is not None and (weight is None or weight.size == x.shape[-1]):
+        return norm.rms_norm(x, weight, eps)
     x = x.astype(F32, copy=False)
     ms = np.mean(np.square(x), axis=-1, keepdims=True, dtype=F32)
     out = x / np.sqrt(ms + F32(eps))
@@ -27,13 +33,13 @@ def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 @functools.cache
-def _compiled() -> Any:
-    """The compiled activations (`kernels.act`), or None where numba does not import."""
+def compiled(name: str) -> Any:
+    """The compiled kernels module `kernels.<name>`, or None where numba does not import (the
+    numpy forms then run)."""
     try:
-        from ..kernels import act
+        return importlib.import_module(f"{__package__.rpartition('.')[0]}.kernels.{name}")
     except Exception:  # noqa: BLE001 - any numba import failure means: numpy only
         return None
-    return act
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -42,7 +48,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     prefill), at every size: one form for every batch, so a row rounds the same decoded alone or
     in a block (a verified commit must match AR's one-row steps bit for bit)."""
     x = np.asarray(x, dtype=F32)
-    act = _compiled()
+    act = compiled("act")
     if act is not None:
         return act.sigmoid(x)
     e = np.exp(-np.abs(x))
@@ -56,7 +62,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
 
 def silu(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=F32)
-    act = _compiled()
+    act = compiled("act")
     return act.silu(x) if act is not None else x * sigmoid(x)
 
 

@@ -74,11 +74,23 @@ def _sigmoid_flat(x, out):
         _sigmoid_into(x[lo:hi], out[lo:hi], np.empty(hi - lo, np.int32))
 
 
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _silu_small(x, out):
+    out[:] = x
+    silu_inplace(out, np.empty(x.shape[0], np.float32), np.empty(x.shape[0], np.int32))
+
+
+@njit(cache=True, nogil=True, fastmath=_FM)
+def _sigmoid_small(x, out):
+    _sigmoid_into(x, out, np.empty(x.shape[0], np.int32))
+
+
 def silu(x: np.ndarray) -> np.ndarray:
-    """x·σ(x) of a float32 array, as a new array of its shape."""
+    """x·σ(x) of a float32 array, as a new array of its shape (one chunk or less in the calling
+    thread: a decode step's few thousand values cost less than a parallel launch)."""
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
-    _silu_flat(x.reshape(-1), out.reshape(-1))
+    (_silu_small if x.size <= _CHUNK else _silu_flat)(x.reshape(-1), out.reshape(-1))
     return out
 
 
@@ -86,7 +98,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     """σ(x) of a float32 array, as a new array of its shape."""
     x = np.ascontiguousarray(x, np.float32)
     out = np.empty_like(x)
-    _sigmoid_flat(x.reshape(-1), out.reshape(-1))
+    (_sigmoid_small if x.size <= _CHUNK else _sigmoid_flat)(x.reshape(-1), out.reshape(-1))
     return out
 
 

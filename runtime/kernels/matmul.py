@@ -35,6 +35,7 @@ from ..quants.formats import (
 from .blas import pool
 from .intmatmul import INT_KERNELS, activation_block, integer_code
 from .jit import current_threads, njit, prange
+from .moe_rows import group, work_items
 from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
 
@@ -404,16 +405,10 @@ class Routes:
         ids = np.asarray(ids)
         if ids.ndim != 2:
             raise ValueError(f"ids must be (n, k), got {ids.shape}")
-        flat = ids.reshape(-1).astype(np.int64)
-        if flat.size and (flat.min() < 0 or flat.max() >= count):
-            raise ValueError(f"expert ids must lie in 0..{count - 1}")
         self.count = count
         self.n, self.k = ids.shape
-        self.counts = np.bincount(flat, minlength=count)
-        self.order = np.argsort(flat, kind="stable")  # slots grouped by expert
-        self.starts = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(self.counts, out=self.starts[1:])
-        self.used = np.flatnonzero(self.counts)
+        # slots grouped by expert (stable), each expert's first slot, the experts with a slot
+        self.counts, self.order, self.starts, self.used = group(ids, count)
         self._items: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def items(self, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -468,10 +463,7 @@ def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.
     """Split each expert's output rows into runs, enough of them to keep every thread busy."""
     want = 8 * current_threads()
     run = int(min(64, max(4, -(-len(experts) * n_out // want))))
-    starts = np.arange(0, n_out, run)
-    item_expert = np.repeat(experts, len(starts)).astype(np.int64)
-    row0 = np.tile(starts, len(experts)).astype(np.int64)
-    return item_expert, row0, np.minimum(row0 + run, n_out)
+    return work_items(np.ascontiguousarray(experts, np.int64), n_out, run)
 
 
 def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray, *,

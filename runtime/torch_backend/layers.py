@@ -213,7 +213,8 @@ class DeviceLayers:
     def _experts(self, m: MoE, h: torch.Tensor, routing: Routing) -> torch.Tensor:
         f = self.cfg.expert_ff
         if m.down is None:  # --cpu-moe / --n-cpu-moe: the CPU kernels
-            return self.put(host_moe.experts(self.w, self.cfg, self.host_layers[m.index].moe, self.host(h), routing))
+            down = host_moe.experts(self.w, self.cfg, self.host_layers[m.index].moe, self.host(h), routing)
+            return self.put(host_moe.weighted_sum(routing.weights, down))
         ids = torch.from_numpy(routing.ids).to(self.device)
         if m.gate_up is not None:
             gu = m.gate_up.moe(h, ids).to(F32)
