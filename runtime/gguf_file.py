@@ -4,6 +4,7 @@ and on disk (`header_cache`), and tensor data untouched until a tensor is asked 
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,15 @@ class GGUFModelFile(HeaderView):
 
         t = self.tensors[name]
         return read_bytes(self.paths[t.shard], t.offset, t.n_bytes)
+
+    def read_interleaved(self, names: Sequence[str], count: int) -> np.ndarray:
+        """Tensors that stack `count` matrices each (experts; 1 for plain matrices) read into one
+        buffer matrix by matrix: matrix e of every tensor in order, then matrix e+1, read-only
+        (a product of their concatenated rows then runs as one)."""
+        from .resident import read_slices
+
+        return read_slices([(self.paths[t.shard], t.offset, t.n_bytes) for t in map(self.tensors.__getitem__, names)],
+                           count)
 
     def close(self) -> None:
         for m in self._maps:

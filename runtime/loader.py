@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .engine.layers import fusable_groups
 from .engine.model import Model
 from .engine.weights import Weights, host_matrices
 from .gguf_file import open_gguf
@@ -47,7 +48,8 @@ def load_model(path_or_ref: str | Path, *, n_threads: int | None = None, backend
             in_memory = offload.in_memory
         if in_memory is None:
             in_memory = keep_in_memory(sum(file.tensors[n].n_bytes for n in host_matrices(file, group)))
-        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group, in_memory=in_memory)
+        weights = Weights(file, backend, cache_bytes, n_threads, exact_kernels, group, in_memory=in_memory,
+                          fuse=fusable_groups(config))
         model = Model(file, config, weights)
         if group is not None:
             from .torch_backend.layers import DeviceLayers  # torch: only once a device is in use

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import mmap
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -70,15 +72,40 @@ def anonymous_bytes(n: int) -> np.ndarray:
 def read_bytes(path: Path, offset: int, n: int) -> np.ndarray:
     """Bytes offset..offset+n of a file read into `anonymous_bytes` (read, not mapped, so the
     file's pages never count in this process's memory), read-only."""
-    out = anonymous_bytes(n)
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        view = memoryview(out)
-        done = 0
-        while done < n:
-            got = fh.readinto(view[done:])
-            if not got:
-                raise ModelFileError(f"{path.name}: truncated file (a tensor ends past the end of the file)")
-            done += got
+    return read_slices([(path, offset, n)], 1)
+
+
+def read_slices(sources: Sequence[tuple[Path, int, int]], count: int) -> np.ndarray:
+    """Byte ranges (path, offset, n), each made of `count` equal slices (a stack of experts),
+    read into one `anonymous_bytes` buffer slice by slice: slice 0 of every range in order, then
+    slice 1, ... (so each expert's matrices of several stacks lie together), read-only."""
+    sizes = [n // count for _, _, n in sources]
+    if any(size * count != n for size, (_, _, n) in zip(sizes, sources, strict=True)):
+        raise ValueError(f"byte ranges are not {count} equal slices each")
+    out = anonymous_bytes(sum(sizes) * count)
+    view = memoryview(out)
+    handles: dict[Path, BinaryIO] = {}
+    try:
+        pos = 0
+        for e in range(count):
+            for (path, offset, _), size in zip(sources, sizes, strict=True):
+                fh = handles.get(path)
+                if fh is None:
+                    fh = handles[path] = open(path, "rb")  # noqa: SIM115 - closed in the finally
+                _read_into(fh, path, offset + e * size, view[pos:pos + size])
+                pos += size
+    finally:
+        for fh in handles.values():
+            fh.close()
     out.flags.writeable = False
     return out
+
+
+def _read_into(fh: BinaryIO, path: Path, offset: int, view: memoryview) -> None:
+    fh.seek(offset)
+    done = 0
+    while done < len(view):
+        got = fh.readinto(view[done:])
+        if not got:
+            raise ModelFileError(f"{path.name}: truncated file (a tensor ends past the end of the file)")
+        done += got

@@ -34,9 +34,26 @@ class Projected:
     g: np.ndarray  # (n, v_heads) log decay, <= 0
 
 
+def inputs(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> list[np.ndarray]:
+    """The four input projections u (n, conv_dim), z (n, v_heads·v_dim), b, a (n, v_heads): a
+    product per handle of `L.inputs` (fewer where some were fused at load, `Weights.fuse`), cut
+    into the four as column views."""
+    outs = w.products(list(L.inputs), h)
+    if len(outs) == 4:
+        return outs
+    parts = []
+    for y in outs:
+        at = 0
+        while at < y.shape[1]:
+            width = (cfg.ssm_conv_dim, cfg.ssm_v_heads * cfg.ssm_v_dim, cfg.ssm_v_heads, cfg.ssm_v_heads)[len(parts)]
+            parts.append(y[:, at:at + width])
+            at += width
+    return parts
+
+
 def project(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> Projected:
     n = h.shape[0]
-    u, z, b, a = w.products([L.qkv, L.z, L.beta, L.alpha], h)
+    u, z, b, a = inputs(w, cfg, L, h)
     z = z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim)
     return Projected(u, z, sigmoid(b), L.a * softplus(a + L.dt_bias))
 
@@ -183,7 +200,7 @@ def _fused(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state:
     """`_causal` for a few rows with everything between the projections in one compiled call."""
     n = h.shape[0]
     ring, s = state.gdn(L.index)
-    u, z, b, a = w.products([L.qkv, L.z, L.beta, L.alpha], h)
+    u, z, b, a = inputs(w, cfg, L, h)
     if state.mixer_inputs is not None:
         state.mixer_inputs.setdefault(L.index, []).append((u, b, a))
     y, new_ring, s_new = w.gdn_mixer_kernel(

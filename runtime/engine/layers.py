@@ -18,12 +18,31 @@ from ..model_config import ModelConfig
 CLOVER_TENSORS = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias", "ssm_bd_hist_c")
 
 
+# Tensors that multiply the same input, which a binder may hold as one matrix of their rows
+# together (`Weights.fuse`): one product instead of several.
+# Where a group's types differ, its later tensors alone (GDN z, beta, alpha beside a Q5_K qkv).
+GDN_INPUTS = ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")
+FUSABLE = (
+    ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
+    ("ffn_gate_shexp.weight", "ffn_up_shexp.weight"),
+    GDN_INPUTS,
+    GDN_INPUTS[1:],
+)
+
+
+def fusable_groups(cfg: ModelConfig) -> list[tuple[str, ...]]:
+    """Every layer's FUSABLE groups by tensor name (a binder fuses those the file has alike)."""
+    return [tuple(f"blk.{i}.{s}" for s in group) for i in range(cfg.n_layer) for group in FUSABLE]
+
+
 class Binder(Protocol):
     """Where a record's tensors come from: product handles and small float32 tensors."""
 
     def has(self, name: str) -> bool: ...
 
     def matrix(self, name: str) -> Any: ...
+
+    def fused(self, names: tuple[str, ...]) -> Any: ...
 
     def vector(self, name: str) -> Any: ...
 
@@ -39,11 +58,12 @@ class MoE:
     index: int  # the layer's
     norm: Any  # post_attention_norm (hidden,)
     router: Any  # (n_expert, hidden)
-    gate_up: Any  # fused (n_expert, 2 * expert_ff, hidden), or None when gate and up are apart
+    gate_up: Any  # (n_expert, 2 * expert_ff, hidden): the file's, or fused at load; None when apart
     gate: Any
     up: Any
     down: Any  # (n_expert, hidden, expert_ff)
-    shared_gate: Any  # None when the layer has no shared expert
+    shared_gate_up: Any  # (2 * shared_ff, hidden) fused at load, or None
+    shared_gate: Any  # None when the layer has no shared expert (or when fused)
     shared_up: Any
     shared_down: Any
     shared_gate_inp: Any  # (hidden,) sigmoid gate of the shared expert, or None
@@ -81,7 +101,8 @@ class DeltaNetLayer:
 
     index: int
     norm: Any  # attn_norm (hidden,)
-    qkv: Any  # (conv_dim, hidden)
+    inputs: tuple  # product handles whose rows, in order, are qkv | z | beta | alpha (some fused at load)
+    qkv: Any  # (conv_dim, hidden); None where fused into `inputs` (and z, beta, alpha)
     z: Any  # attn_gate (v_heads * v_dim, hidden)
     beta: Any
     alpha: Any
@@ -110,19 +131,26 @@ def _opt(b: Binder, name: str) -> Any:
     return b.matrix(name) if b.has(name) else None
 
 
+def _fused(b: Binder, i: int, group: int) -> Any:
+    return b.fused(tuple(f"blk.{i}.{s}" for s in FUSABLE[group]))
+
+
 def bind_moe(b: Binder, cfg: ModelConfig, i: int) -> MoE:
     p = f"blk.{i}."
-    fused = b.has(p + "ffn_gate_up_exps.weight")
+    gate_up = b.matrix(p + "ffn_gate_up_exps.weight") if b.has(p + "ffn_gate_up_exps.weight") else _fused(b, i, 0)
     shared = bool(cfg.shared_ff) and b.has(p + "ffn_down_shexp.weight")
+    shared_gate_up = _fused(b, i, 1) if shared else None
+    apart = shared and shared_gate_up is None
     return MoE(
         index=i, norm=b.vector(p + "post_attention_norm.weight"),
         router=b.matrix(p + "ffn_gate_inp.weight"),
-        gate_up=b.matrix(p + "ffn_gate_up_exps.weight") if fused else None,
-        gate=None if fused else b.matrix(p + "ffn_gate_exps.weight"),
-        up=None if fused else b.matrix(p + "ffn_up_exps.weight"),
+        gate_up=gate_up,
+        gate=None if gate_up is not None else b.matrix(p + "ffn_gate_exps.weight"),
+        up=None if gate_up is not None else b.matrix(p + "ffn_up_exps.weight"),
         down=b.matrix(p + "ffn_down_exps.weight"),
-        shared_gate=b.matrix(p + "ffn_gate_shexp.weight") if shared else None,
-        shared_up=b.matrix(p + "ffn_up_shexp.weight") if shared else None,
+        shared_gate_up=shared_gate_up,
+        shared_gate=b.matrix(p + "ffn_gate_shexp.weight") if apart else None,
+        shared_up=b.matrix(p + "ffn_up_shexp.weight") if apart else None,
         shared_down=b.matrix(p + "ffn_down_shexp.weight") if shared else None,
         shared_gate_inp=b.vector(p + "ffn_gate_inp_shexp.weight") if shared and b.has(
             p + "ffn_gate_inp_shexp.weight") else None,
@@ -153,10 +181,20 @@ def bind_deltanet(b: Binder, cfg: ModelConfig, i: int) -> DeltaNetLayer:
         conv_right=b.table(p + "ssm_conv1d_right.weight"), scale=b.per_head(p + "ssm_bd_scale", nv),
         hist_bias=b.per_head(p + "ssm_bd_hist_bias", nv), hist_c=b.per_head(p + "ssm_bd_hist_c", nv),
     ) if has_clover_tensors(b, i) else None
+    alone: dict[str, Any] = dict.fromkeys(GDN_INPUTS)
+    inputs: tuple = (_fused(b, i, 2),)
+    if inputs[0] is None:
+        alone[GDN_INPUTS[0]] = b.matrix(p + GDN_INPUTS[0])
+        rest = _fused(b, i, 3)
+        if rest is None:
+            alone.update({s: b.matrix(p + s) for s in GDN_INPUTS[1:]})
+            inputs = tuple(alone.values())
+        else:
+            inputs = (alone[GDN_INPUTS[0]], rest)
     return DeltaNetLayer(
-        index=i, norm=b.vector(p + "attn_norm.weight"),
-        qkv=b.matrix(p + "attn_qkv.weight"), z=b.matrix(p + "attn_gate.weight"),
-        beta=b.matrix(p + "ssm_beta.weight"), alpha=b.matrix(p + "ssm_alpha.weight"),
+        index=i, norm=b.vector(p + "attn_norm.weight"), inputs=inputs,
+        qkv=alone["attn_qkv.weight"], z=alone["attn_gate.weight"],
+        beta=alone["ssm_beta.weight"], alpha=alone["ssm_alpha.weight"],
         dt_bias=b.vector(p + "ssm_dt.bias"), a=b.vector(p + "ssm_a"), conv=b.table(p + "ssm_conv1d.weight"),
         ssm_norm=b.vector(p + "ssm_norm.weight"), out=b.matrix(p + "ssm_out.weight"),
         clover=clover, moe=bind_moe(b, cfg, i))

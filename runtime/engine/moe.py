@@ -91,7 +91,11 @@ def shared_products(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
     """The shared expert's output before its sigmoid gate (None when the layer has none)."""
     if m.shared_down is None:
         return None
-    gate, up = w.products([m.shared_gate, m.shared_up], h)
+    if m.shared_gate_up is not None:
+        gu = m.shared_gate_up.matmul(h)
+        gate, up = gu[:, :gu.shape[1] // 2], gu[:, gu.shape[1] // 2:]
+    else:
+        gate, up = w.products([m.shared_gate, m.shared_up], h)
     rows = compiled("moe_rows")
     act = rows.swiglu(gate[:, None], up[:, None])[:, 0] if rows is not None else silu(gate) * up
     return m.shared_down.matmul(act)

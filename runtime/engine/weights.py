@@ -72,7 +72,8 @@ class Weights:
 
     def __init__(self, file: GGUFModelFile, backend: str = "auto", cache_bytes: int | None = None,
                  n_threads: int | None = None, exact_kernels: bool = False,
-                 device_group: DeviceGroup | None = None, in_memory: bool = False) -> None:
+                 device_group: DeviceGroup | None = None, in_memory: bool = False,
+                 fuse: Iterable[Sequence[str]] = ()) -> None:
         self.file = file
         # products of the tensors placed on a GPU (torch_backend.DeviceGroup), or None; the host's
         # matrices are read into memory (`resident`) when `in_memory`, else used from the mapped file
@@ -87,6 +88,7 @@ class Weights:
         self.gdn_mixer_kernel = None  # a few rows' whole mixer between the projections (kernels.gdn_mixer)
         self.attention_kernel = None  # a few rows' attention over the KV cache (kernels.attend_cache)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
+        self._fused: dict[tuple[str, ...], object] = {}  # names -> kernels.Matrices of their rows together
         if self.backend == "numba":
             from .. import kernels
 
@@ -96,8 +98,11 @@ class Weights:
             self.gdn_mixer_kernel = kernels.gdn_mixer
             self.attention_kernel = kernels.attend_cache
             self.enter()
+            for names in fuse:
+                self._fuse(tuple(names))
+            members = {n for names in self._fused for n in names}
             for name, info in file.tensors.items():
-                if len(info.shape) in (2, 3) and name not in on_device:
+                if len(info.shape) in (2, 3) and name not in on_device and name not in members:
                     self._bind(name, info)
         if cache_bytes is None:
             cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
@@ -121,13 +126,51 @@ class Weights:
 
     @property
     def prepared(self) -> frozenset[str]:
-        """Names of the weight tensors whose kernel views are ready (numba backend)."""
-        return frozenset(self._bound)
+        """Names of the weight tensors whose kernel views are ready (numba backend), alone or fused."""
+        return frozenset(self._bound) | {n for names in self._fused for n in names}
 
     @property
     def integer_tensors(self) -> frozenset[str]:
         """Names of the weight tensors multiplied by the integer kernels (8-bit activations)."""
-        return frozenset(n for n, m in self._bound.items() if m.integer)
+        fused = (n for names, m in self._fused.items() if m.integer for n in names)
+        return frozenset(n for n, m in self._bound.items() if m.integer) | frozenset(fused)
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes of weights read into this process's memory (0 where they are used mapped)."""
+        read = [m for n, m in self._bound.items() if n in self._read_in] + list(self._fused.values())
+        return sum(m.raw.nbytes for m in read)  # type: ignore[attr-defined]
+
+    @property
+    def fused_groups(self) -> tuple[tuple[str, ...], ...]:
+        """The groups of tensors read into one matrix at load (`fuse`)."""
+        return tuple(self._fused)
+
+    def _fuse(self, names: tuple[str, ...]) -> None:
+        """Read tensors that multiply the same input (gate and up, a GDN layer's input projections)
+        into one matrix of their rows together, expert by expert, so one product replaces several:
+        one kernel launch, one set of work items, better-balanced threads for the small ones. Only
+        for weights read into memory (the rows are copied there anyway; a mapped file would need a
+        second copy), of one type, row length and expert count. The products equal the separate
+        ones bit for bit: each output row is computed alone. A tensor joins one group at most."""
+        taken = {n for group in self._fused for n in group}
+        if len(names) < 2 or not all(n in self._read_in and n not in taken for n in names):
+            return
+        infos = [self.info(n) for n in names]
+        first = infos[0]
+        count = first.shape[0] if len(first.shape) == 3 else 1
+        if any(i.ggml_type != first.ggml_type or len(i.shape) != len(first.shape) or i.shape[-1] != first.shape[-1]
+               or (len(i.shape) == 3 and i.shape[0] != count) for i in infos):
+            return
+        n_out = sum(i.shape[-2] for i in infos)
+        raw = self.file.read_interleaved(names, count)
+        self._fused[names] = self._kernels.prepare(raw, first.ggml_type, n_out, first.shape[-1], count,
+                                                   exact=self.exact_kernels)
+
+    def fused(self, names: Sequence[str]) -> Matrix | None:
+        """The product handle of `names` read into one matrix at load (`fuse`), or None where they
+        were not (the records then hold each one's handle)."""
+        return self._fused.get(tuple(names))  # type: ignore[return-value]
 
     def _bind(self, name: str, info: TensorInfo) -> object:
         """The prepared kernel view of a 2-D matrix or 3-D expert stack, built once."""
@@ -282,11 +325,13 @@ class Weights:
         return w
 
     def clear_cache(self) -> None:
-        """Drop dequantized matrices and the prepared views (rebuilt on next use)."""
+        """Drop dequantized matrices and the prepared views (those bound alone are rebuilt on next
+        use; fused ones are not: the model closes)."""
         with self._lock:
             self._cache.clear()
             self.cache_used = 0
             self._bound.clear()
+            self._fused.clear()
 
     def names(self) -> Iterable[str]:
         return self.file.tensors.keys()

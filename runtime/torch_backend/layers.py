@@ -239,6 +239,10 @@ class _DeviceBinder:
     def matrix(self, name: str) -> Any:
         return self.layers.group.matrices.get(name)
 
+    def fused(self, names: tuple[str, ...]) -> None:
+        """Nothing is fused on a device: each matrix is its own product there."""
+        return None
+
     def vector(self, name: str) -> torch.Tensor:
         return self.layers.put(self.layers.w.vector(name))
 
