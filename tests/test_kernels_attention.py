@@ -51,3 +51,23 @@ def test_a_row_seeing_nothing_gets_zeros_and_bad_inputs_are_refused():
         kernels.attend_cache(q, K, V, np.array([0, 9]))
     with pytest.raises(ValueError, match="inconsistent"):
         kernels.attend_cache(q, K[:, :, :3], V, np.array([1, 1]))
+
+
+def test_rope_rotates_pairs_as_the_document_says():
+    from clover_runtime.kernels.attention import rope
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4, 32)).astype(np.float32)  # rotate the first 24 dims (12 pairs), keep 8
+    positions = np.array([0, 7, 40000])
+    inv = 1e7 ** (-np.arange(12, dtype=np.float64) * 2.0 / 24)
+    got = rope(x, positions, inv)
+    ang = positions[:, None, None] * inv[None, None, :]
+    x64 = x.astype(np.float64)
+    x1, x2 = x64[..., :12], x64[..., 12:24]
+    c, s = np.cos(ang), np.sin(ang)
+    want = np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s, x64[..., 24:]], -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[0], x[0])  # position 0: no rotation
+    np.testing.assert_array_equal(got[..., 24:], x[..., 24:])
+    np.testing.assert_array_equal(rope(x[1:2], positions[1:2], inv), got[1:2])
+    np.testing.assert_array_equal(rope(x, positions, inv[:0]), x)

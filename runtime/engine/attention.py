@@ -7,6 +7,7 @@ inside the block) and writes nothing.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from ..model_config import ModelConfig
 from .align import ALIGN, segments
 from .layers import AttentionLayer
-from .ops import rms_norm, sigmoid
+from .ops import compiled, rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
 
@@ -30,12 +31,29 @@ class AttentionInputs:
     v: np.ndarray  # (n, kv_heads, v_dim)
 
 
+@functools.cache
+def inverse_frequencies(rope_dim: int, base: float) -> np.ndarray:
+    """base^(-2j/rope_dim) for j < rope_dim/2, float64 (read-only: shared by every call)."""
+    inv = base ** (-np.arange(rope_dim // 2, dtype=np.float64) * 2.0 / rope_dim)
+    inv.flags.writeable = False
+    return inv
+
+
 def rope_tables(positions: np.ndarray, rope_dim: int, base: float) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of pos · base^(-2j/rope_dim) for j < rope_dim/2: each (n, rope_dim/2) float32."""
-    half = rope_dim // 2
-    inv = base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)
-    ang = np.asarray(positions, dtype=np.float64)[:, None] * inv[None, :]
+    ang = np.asarray(positions, dtype=np.float64)[:, None] * inverse_frequencies(rope_dim, base)[None, :]
     return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def rotate(x: np.ndarray, pos0: int, cfg: ModelConfig) -> np.ndarray:
+    """x (n, heads, dim) at positions pos0.. with the partial NEOX RoPE: one compiled call where
+    numba imports (`kernels.attention.rope`), else the tables and `apply_rope`."""
+    positions = np.arange(pos0, pos0 + x.shape[0])
+    kernels = compiled("attention")
+    if kernels is not None:
+        return kernels.rope(x, positions, inverse_frequencies(cfg.rope_dim, cfg.rope_base))
+    cos, sin = rope_tables(positions, cfg.rope_dim, cfg.rope_base)
+    return apply_rope(x, cos, sin)
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -67,8 +85,7 @@ def project(w: Weights, cfg: ModelConfig, L: AttentionLayer, h: np.ndarray, pos0
     q = rms_norm(qg[..., :hd], L.q_norm, cfg.rms_eps)
     gate = np.ascontiguousarray(qg[..., hd:]).reshape(n, cfg.n_head * hd)
     k = rms_norm(k.reshape(n, cfg.n_head_kv, hd), L.k_norm, cfg.rms_eps)
-    cos, sin = rope_tables(np.arange(pos0, pos0 + n), cfg.rope_dim, cfg.rope_base)
-    return AttentionInputs(apply_rope(q, cos, sin), gate, apply_rope(k, cos, sin),
+    return AttentionInputs(rotate(q, pos0, cfg), gate, rotate(k, pos0, cfg),
                            np.ascontiguousarray(v).reshape(n, cfg.n_head_kv, hv))
 
 

@@ -125,3 +125,29 @@ def attend_cache(q: np.ndarray, K: np.ndarray, V: np.ndarray, limits: np.ndarray
     out = np.empty((n, heads, V.shape[2]), np.float32)
     _attend(q, K, V, m, limits, np.float32(1.0 / np.sqrt(d)), chunk, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _rope(x, positions, inv_freq, out):
+    half = inv_freq.shape[0]
+    for r in range(x.shape[0]):
+        for j in range(half):
+            ang = np.float64(positions[r]) * inv_freq[j]
+            c = np.float32(np.cos(ang))
+            s = np.float32(np.sin(ang))
+            for h in range(x.shape[1]):
+                x1 = x[r, h, j]
+                x2 = x[r, h, half + j]
+                out[r, h, j] = x1 * c - x2 * s
+                out[r, h, half + j] = x2 * c + x1 * s
+
+
+def rope(x: np.ndarray, positions: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
+    """NEOX rotation of pairs (d_j, d_{j+half}) of x (n, heads, dim) by the angles
+    positions[r] · inv_freq[j] (float64, rounded to float32 as cos and sin), half = len(inv_freq);
+    dims past 2·half are copied. One compiled call for what was a table and six numpy passes."""
+    out = np.array(x, np.float32)  # a copy: the dims past the rotated ones keep their values
+    if inv_freq.shape[0]:
+        _rope(np.ascontiguousarray(x, np.float32), np.ascontiguousarray(positions, np.int64),
+              np.ascontiguousarray(inv_freq, np.float64), out)
+    return out
