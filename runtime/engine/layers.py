@@ -19,8 +19,8 @@ CLOVER_TENSORS = ("ssm_conv1d_right.weight", "ssm_bd_scale", "ssm_bd_hist_bias",
 
 
 # Tensors that multiply the same input, which a binder may hold as one matrix of their rows
-# together (`Weights.fuse`): one product instead of several.
-# Where a group's types differ, its later tensors alone (GDN z, beta, alpha beside a Q5_K qkv).
+# together (`Weights.fuse`): one product instead of several. A group of mixed types is not fused;
+# the last group then takes a GDN layer's z, beta and alpha beside its Q5_K qkv (the Q4_K_M mix).
 GDN_INPUTS = ("attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight")
 FUSABLE = (
     ("ffn_gate_exps.weight", "ffn_up_exps.weight"),
