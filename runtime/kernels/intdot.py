@@ -40,9 +40,12 @@ INT_GEOMETRY = {Q4_0: (18, 32, 32), Q8_0: (34, 32, 32), Q4_K: (144, 256, 256), Q
 INT_ROWS = (8, 4, 2, 1)  # activation rows per weight-row pass (the weights' vectors stay in registers)
 # How far ahead of the block being multiplied its weight stream is prefetched. A decode step reads
 # every weight once, from DRAM, and the hardware prefetcher alone kept a 2-thread step's 590 KB
-# experts at ~31 GMAC/s against ~44 with this hint (and the 248K-row head ~12 % faster); a
-# prefetch past a matrix's end reads a line nobody uses, which is harmless.
-PREFETCH_BYTES = 2048
+# experts at ~31 GMAC/s against ~44 with a 2 KB hint (and the 248K-row head ~12 % faster). One
+# thread has fewer misses in flight, so it needs the lines asked for earlier: the 8-layer
+# real-shape decode at 1 thread took 25.3-26.8 ms a token at 2 KB, 23.5-26.0 at 4 KB, 23.9-25.5
+# at 8 KB (2 threads: 14.7-15.6, 14.1-15.2, 14.8-20.1). A prefetch past a matrix's end reads a
+# line nobody uses, which is harmless.
+PREFETCH_BYTES = 4096
 
 
 @functools.cache
