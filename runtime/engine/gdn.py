@@ -41,14 +41,9 @@ def inputs(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> lis
     outs = w.products(list(L.inputs), h)
     if len(outs) == 4:
         return outs
-    parts = []
-    for y in outs:
-        at = 0
-        while at < y.shape[1]:
-            width = (cfg.ssm_conv_dim, cfg.ssm_v_heads * cfg.ssm_v_dim, cfg.ssm_v_heads, cfg.ssm_v_heads)[len(parts)]
-            parts.append(y[:, at:at + width])
-            at += width
-    return parts
+    widths = (cfg.ssm_conv_dim, cfg.ssm_v_heads * cfg.ssm_v_dim, cfg.ssm_v_heads, cfg.ssm_v_heads)
+    alone = outs[:-1]  # the fused product comes last (`layers.bind_deltanet`)
+    return alone + np.split(outs[-1], np.cumsum(widths[len(alone):-1]), axis=1)
 
 
 def project(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> Projected:

@@ -89,6 +89,7 @@ class Weights:
         self.attention_kernel = None  # a few rows' attention over the KV cache (kernels.attend_cache)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         self._fused: dict[tuple[str, ...], object] = {}  # names -> kernels.Matrices of their rows together
+        self._members: set[str] = set()  # the names in `_fused`'s groups
         if self.backend == "numba":
             from .. import kernels
 
@@ -100,9 +101,8 @@ class Weights:
             self.enter()
             for names in fuse:
                 self._fuse(tuple(names))
-            members = {n for names in self._fused for n in names}
             for name, info in file.tensors.items():
-                if len(info.shape) in (2, 3) and name not in on_device and name not in members:
+                if len(info.shape) in (2, 3) and name not in on_device and name not in self._members:
                     self._bind(name, info)
         if cache_bytes is None:
             cache_bytes = DEFAULT_CACHE_BYTES if self.backend == "numpy" else 0
@@ -127,7 +127,7 @@ class Weights:
     @property
     def prepared(self) -> frozenset[str]:
         """Names of the weight tensors whose kernel views are ready (numba backend), alone or fused."""
-        return frozenset(self._bound) | {n for names in self._fused for n in names}
+        return frozenset(self._bound) | self._members
 
     @property
     def integer_tensors(self) -> frozenset[str]:
@@ -153,8 +153,7 @@ class Weights:
         for weights read into memory (the rows are copied there anyway; a mapped file would need a
         second copy), of one type, row length and expert count. The products equal the separate
         ones bit for bit: each output row is computed alone. A tensor joins one group at most."""
-        taken = {n for group in self._fused for n in group}
-        if len(names) < 2 or not all(n in self._read_in and n not in taken for n in names):
+        if len(names) < 2 or not all(n in self._read_in and n not in self._members for n in names):
             return
         infos = [self.info(n) for n in names]
         first = infos[0]
@@ -166,6 +165,7 @@ class Weights:
         raw = self.file.read_interleaved(names, count)
         self._fused[names] = self._kernels.prepare(raw, first.ggml_type, n_out, first.shape[-1], count,
                                                    exact=self.exact_kernels)
+        self._members.update(names)
 
     def fused(self, names: Sequence[str]) -> Matrix | None:
         """The product handle of `names` read into one matrix at load (`fuse`), or None where they
@@ -332,6 +332,7 @@ class Weights:
             self.cache_used = 0
             self._bound.clear()
             self._fused.clear()
+            self._members.clear()
 
     def names(self) -> Iterable[str]:
         return self.file.tensors.keys()
