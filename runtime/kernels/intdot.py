@@ -316,10 +316,66 @@ def _prefetch(b: ir.IRBuilder, p: ir.Value) -> None:
     b.call(fn, [b.bitcast(p, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
-def _reduce8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+def reduce8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     fnty = ir.FunctionType(_F32, [_F32, v.type])
     fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.vector.reduce.fadd.v8f32")
     return b.call(fn, [ir.Constant(_F32, -0.0), v], fastmath=_FAST)
+
+
+def row_sums(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, nb_v: ir.Value,
+             rows: list[_Row]) -> list[ir.Value]:
+    """The code of one weight row (`nb_v` blocks of type tv from byte p0) dotted with each of
+    `rows`: one float32 per activation row."""
+    tsize, blk_w, _ = INT_GEOMETRY[tv]
+    unroll = max(1, 256 // blk_w)
+    vty = _vec(_F32, 8)
+    slots = [cgutils.alloca_once(b, vty) for _ in rows]
+    for s in slots:
+        b.store(ir.Constant(vty, [0.0] * 8), s)
+
+    def body(first, count):
+        accs = [b.load(s) for s in slots]
+        ptrs, cols, blks = [], [], []
+        for u in range(count):
+            blk_i = b.add(first, ir.Constant(_I64, u))
+            ptr = b.gep(raw_data, [b.add(p0, b.mul(blk_i, ir.Constant(_I64, tsize)))])
+            for line in range(0, tsize, 64):
+                _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]))
+            ptrs.append(ptr)
+            cols.append(b.mul(blk_i, ir.Constant(_I64, blk_w)))
+            blks.append(blk_i)
+        u = 0
+        while u < count:
+            if tv in (Q4_0, Q8_0) and x86_avx512() and u + 1 < count:
+                accs = _blk32_pair(tv, _Block(b, ptrs[u]), _Block(b, ptrs[u + 1]), rows, accs, cols[u], blks[u])
+                u += 2
+                continue
+            accs = _block(tv, _Block(b, ptrs[u]), rows, accs, cols[u], blks[u])
+            u += 1
+        for s, a in zip(slots, accs, strict=True):
+            b.store(a, s)
+
+    main = b.udiv(nb_v, ir.Constant(_I64, unroll))
+    with cgutils.for_range(b, main) as loop:
+        body(b.mul(loop.index, ir.Constant(_I64, unroll)), unroll)
+    if unroll > 1:
+        done = b.mul(main, ir.Constant(_I64, unroll))
+        with cgutils.for_range(b, b.sub(nb_v, done)) as loop:
+            body(b.add(done, loop.index), 1)
+    return [reduce8(b, b.load(s)) for s in slots]
+
+
+def activation_rows(context, b: ir.IRBuilder, signature, args, first: int, row0: ir.Value, n: int) -> list[_Row]:
+    """Pointers to activation rows row0 .. row0 + n - 1 of the (values, scales, sums) arrays at
+    argument positions first .. first + 2."""
+    qa, da, sa = (context.make_array(signature.args[i])(context, b, args[i]) for i in range(first, first + 3))
+    nq, nd, ns = (b.extract_value(a.shape, 1) for a in (qa, da, sa))
+    rows = []
+    for i in range(n):
+        ri = b.add(row0, ir.Constant(_I64, i))
+        rows.append(_Row(b, b.gep(qa.data, [b.mul(ri, nq)]), b.gep(da.data, [b.mul(ri, nd)]),
+                         b.gep(sa.data, [b.mul(ri, ns)])))
+    return rows
 
 
 @intrinsic
@@ -329,55 +385,12 @@ def idot_rows(typingctx, t, r, raw, p0, n_blocks, xq, xd, xs, x_row0):
     tv, nr = _literal(t), _literal(r)
     if tv not in INT_GEOMETRY or nr not in INT_ROWS:
         return None
-    tsize, blk_w, _ = INT_GEOMETRY[tv]
-    unroll = max(1, 256 // blk_w)
     sig = types.UniTuple(types.float32, nr)(t, r, raw, p0, n_blocks, xq, xd, xs, x_row0)
 
     def codegen(context, b, signature, args):
         raw_a = context.make_array(signature.args[2])(context, b, args[2])
-        qa, da, sa = (context.make_array(signature.args[i])(context, b, args[i]) for i in (5, 6, 7))
         p0_v, nb_v, r0_v = (_i64(context, b, args[i], signature.args[i]) for i in (3, 4, 8))
-        nq, nd, ns = (b.extract_value(a.shape, 1) for a in (qa, da, sa))
-        rows = []
-        for i in range(nr):
-            ri = b.add(r0_v, ir.Constant(_I64, i))
-            rows.append(_Row(b, b.gep(qa.data, [b.mul(ri, nq)]), b.gep(da.data, [b.mul(ri, nd)]),
-                             b.gep(sa.data, [b.mul(ri, ns)])))
-        vty = _vec(_F32, 8)
-        slots = [cgutils.alloca_once(b, vty) for _ in range(nr)]
-        for s in slots:
-            b.store(ir.Constant(vty, [0.0] * 8), s)
-
-        def body(first, count):
-            accs = [b.load(s) for s in slots]
-            ptrs, cols, blks = [], [], []
-            for u in range(count):
-                blk_i = b.add(first, ir.Constant(_I64, u))
-                ptr = b.gep(raw_a.data, [b.add(p0_v, b.mul(blk_i, ir.Constant(_I64, tsize)))])
-                for line in range(0, tsize, 64):
-                    _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]))
-                ptrs.append(ptr)
-                cols.append(b.mul(blk_i, ir.Constant(_I64, blk_w)))
-                blks.append(blk_i)
-            u = 0
-            while u < count:
-                if tv in (Q4_0, Q8_0) and x86_avx512() and u + 1 < count:
-                    accs = _blk32_pair(tv, _Block(b, ptrs[u]), _Block(b, ptrs[u + 1]), rows, accs, cols[u], blks[u])
-                    u += 2
-                    continue
-                accs = _block(tv, _Block(b, ptrs[u]), rows, accs, cols[u], blks[u])
-                u += 1
-            for s, a in zip(slots, accs, strict=True):
-                b.store(a, s)
-
-        main = b.udiv(nb_v, ir.Constant(_I64, unroll))
-        with cgutils.for_range(b, main) as loop:
-            body(b.mul(loop.index, ir.Constant(_I64, unroll)), unroll)
-        if unroll > 1:
-            done = b.mul(main, ir.Constant(_I64, unroll))
-            with cgutils.for_range(b, b.sub(nb_v, done)) as loop:
-                body(b.add(done, loop.index), 1)
-        sums = [_reduce8(b, b.load(s)) for s in slots]
-        return context.make_tuple(b, signature.return_type, sums)
+        rows = activation_rows(context, b, signature, args, 5, r0_v, nr)
+        return context.make_tuple(b, signature.return_type, row_sums(context, b, tv, raw_a.data, p0_v, nb_v, rows))
 
     return sig, codegen

@@ -6,12 +6,14 @@ that expert, four at a time, in tiles of activation rows small enough to stay in
 writes each result to its row's own place (`dest`: grouped position -> output row), so the
 grouped order never has to be undone by a copy. The same code serves batch 1, batch N and the
 grouped-MoE call: the integer dot products beat decoding to float32 and sgemm at every batch
-size measured (benchmarks/RESULTS.md).
+size measured (benchmarks/RESULTS.md). An expert with one activation row (every product of a
+decode step) walks its weight rows eight at a time instead (`gemv_x8`), with the same bits.
 """
 
 from __future__ import annotations
 
 from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
+from .gemv_x8 import ROWS, idot_x8
 from .intdot import INT_GEOMETRY, idot_rows
 from .jit import njit, prange
 
@@ -19,7 +21,7 @@ ROW_TILE = 64  # activation rows kept hot while a run of weight rows streams pas
 
 
 @njit(inline="always")
-def _igrouped(t, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
+def _igrouped(t, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
               item_row1, dest, yg):
     rb = n_blocks * tsize
     for it in prange(item_expert.shape[0]):
@@ -28,7 +30,15 @@ def _igrouped(t, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_ex
         cnt = starts[e + 1] - s0
         for rt in range(0, cnt, ROW_TILE):
             rend = min(cnt, rt + ROW_TILE)
-            for o in range(item_row0[it], item_row1[it]):
+            o0 = item_row0[it]
+            if x8 and rend - rt == 1:  # one activation row (a decode step): eight weight rows a pass
+                d = dest[s0 + rt]
+                while item_row1[it] - o0 >= ROWS:
+                    v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0 + rt)
+                    for j in range(ROWS):
+                        yg[d, o0 + j] = v[j]
+                    o0 += ROWS
+            for o in range(o0, item_row1[it]):
                 p = e * expert_bytes + o * rb
                 r = rt
                 while rend - r >= 8:
@@ -54,28 +64,28 @@ _P = {"parallel": True, "cache": True}
 
 
 @njit(**_P)
-def _int_q4_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+def _int_q4_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q4_0, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q8_0(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q8_0, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+def _int_q8_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q8_0, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q4_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+def _int_q4_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q4_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q5_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q5_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+def _int_q5_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q5_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
-def _int_q6_k(raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q6_K, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+def _int_q6_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
+    _igrouped(Q6_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 INT_KERNELS = {Q4_0: _int_q4_0, Q8_0: _int_q8_0, Q4_K: _int_q4_k, Q5_K: _int_q5_k, Q6_K: _int_q6_k}
