@@ -33,7 +33,7 @@ from ..quants.formats import (
     row_bytes,
 )
 from .blas import pool
-from .gemv_x8 import ROWS, fused_form
+from .gemv_x8 import fused_form
 from .intmatmul import INT_KERNELS, activation_block, integer_code
 from .jit import current_threads, njit, prange
 from .moe_rows import group, work_items
@@ -472,8 +472,7 @@ def _run_tiles(tasks: list) -> None:
 def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Split each expert's output rows into runs, enough of them to keep every thread busy."""
     want = 8 * current_threads()
-    run = int(min(64, max(8, -(-len(experts) * n_out // want))))
-    run = -(-run // ROWS) * ROWS  # whole eight-row decode passes (`gemv_x8`)
+    run = int(min(64, max(4, -(-len(experts) * n_out // want))))
     return work_items(np.ascontiguousarray(experts, np.int64), n_out, run)
 
 
