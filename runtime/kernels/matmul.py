@@ -330,7 +330,7 @@ class Matrices:
         kernels are bound by instructions, and 0.85-0.92x at two, where they are bound by memory
         and the one-row pass's two sequential streams read it faster than sixteen row streams.
         Either way the bits are the same."""
-        return self.x8 and current_threads() == 1
+        return self.x8 and current_threads() <= X8_MAX_THREADS
 
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
@@ -437,6 +437,7 @@ class Routes:
 
 
 _EXPERT_0 = np.zeros(1, np.int64)
+X8_MAX_THREADS = 1  # the most kernel threads at which one activation row takes the eight-row pass (`_x8`)
 
 
 @functools.lru_cache(maxsize=64)
