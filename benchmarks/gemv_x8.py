@@ -7,7 +7,7 @@ the same bits, so the text is not compared. Prints the median ms a token of each
 
     python benchmarks/gemv_x8.py FILE [--threads 1 2] [-n 16]
 
-The runtime itself uses the eight-row pass only at one thread (`matmul.X8_MAX_THREADS`); this script
+The runtime itself uses the eight-row pass (Q4_K, Q5_K) only at one thread (`matmul.X8_MAX_THREADS`); this script
 lifts that limit to show why.
 """
 

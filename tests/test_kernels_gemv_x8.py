@@ -2,9 +2,9 @@
 row the bits of the one-row pass, so a token decoded alone rounds as it does inside a verified
 block's commit; and both stay within quantization error of the float formulation.
 
-A row alone at one thread takes the eight-row pass (Q4_K on AVX-512BW hosts; `Matrices._x8`); the
-same row in a batch of two takes `idot_rows`' two-row pass, whose bits equal its one-row pass
-(tests/test_kernels_int.py). At two threads both take the row passes.
+A row alone at one thread takes the eight-row pass (Q4_K and Q5_K on AVX-512BW hosts;
+`Matrices._x8`); the same row in a batch of two takes `idot_rows`' two-row pass, whose bits equal
+its one-row pass (tests/test_kernels_int.py). At two threads both take the row passes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _matrix(rng, t, n_out, n_in, count=1):
     return raw, prepare(raw, t, n_out, n_in, count)
 
 
-@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K, T.Q8_0])
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q5_K, T.Q6_K, T.Q8_0])
 @pytest.mark.parametrize("n_out, n_in", [(64, 256), (37, 2048), (8, 512), (200, 768)])
 def test_a_row_alone_has_its_bits_in_a_batch(threads, t, n_out, n_in):
     rng = np.random.default_rng(n_out * 7 + n_in)
@@ -45,7 +45,7 @@ def test_a_row_alone_has_its_bits_in_a_batch(threads, t, n_out, n_in):
     assert np.abs(alone - reference).max() < 0.02 * scale
 
 
-@pytest.mark.parametrize("t", [T.Q4_K, T.Q6_K])
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q5_K, T.Q6_K])
 def test_expert_rows_alone_have_their_bits_in_a_batch(threads, t):
     """An expert that one row routes to takes the eight-row pass; the same row's product with an
     expert shared by two rows takes the batched one: each equals a product of that row alone."""
@@ -60,10 +60,10 @@ def test_expert_rows_alone_have_their_bits_in_a_batch(threads, t):
         assert np.array_equal(alone, y[i])
 
 
-def test_q4_k_takes_the_eight_row_form_at_one_thread_on_avx512_hosts():
+def test_k_quants_take_the_eight_row_form_at_one_thread_on_avx512_hosts():
     from clover_runtime.kernels.intdot import x86_avx512
 
-    assert fused_form(T.Q4_K) == x86_avx512()
+    assert fused_form(T.Q4_K) == fused_form(T.Q5_K) == x86_avx512()
     assert not fused_form(T.Q6_K)
     _, m = _matrix(np.random.default_rng(0), T.Q4_K, 16, 256)
     set_threads(1)

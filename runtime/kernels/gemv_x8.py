@@ -14,8 +14,10 @@ conversion, fma by d x dx, then by -dmin x dx, per block and lane, then the same
 per row) are the same operations on the same values. `tests/test_kernels_gemv_x8.py` checks it
 bit for bit against the one-row pass.
 
-Only Q4_K on AVX-512BW hosts has this form; every other type and host gets eight one-row passes
-(`intdot.row_sums`), so callers need not ask.
+Q4_K and Q5_K (the Q4_K_M mix's GDN qkv) on AVX-512BW hosts have this form; every other type and
+host gets eight one-row passes (`intdot.row_sums`), so callers need not ask. Q6_K gained nothing
+(its one-row pass already reads a 418 MB matrix at 33 GB/s on one thread; two rows a register read
+it at 29), so it has none.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..quants.formats import Q4_K
+from ..quants.formats import Q4_K, Q5_K
 from .intdot import (
     INT_GEOMETRY,
     _prefetch,
@@ -44,7 +46,7 @@ ROWS = 8  # weight rows per pass
 
 def fused_form(t: int) -> bool:
     """Whether type t has the eight-row form on this host (else eight one-row passes)."""
-    return t == Q4_K and x86_avx512()
+    return t in X8_TYPES and x86_avx512()
 
 
 def _join(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
@@ -90,25 +92,51 @@ def _widen(b: ir.IRBuilder, v: ir.Value, idx: list[int]) -> ir.Value:
     return b.bitcast(_x86(b, "llvm.x86.avx512.pshuf.b.512", _vec(_I8, 64), wide, control), _vec(_I16, 32))
 
 
-def _q4k_pairs(context, b: ir.IRBuilder, raw_data: ir.Value, starts: list[ir.Value], rb_v: ir.Value,
-               nb_v: ir.Value, row) -> list[ir.Value]:
-    """Eight Q4_K rows (byte offsets `starts`, `rb_v` bytes apart) dotted with one activation row,
-    two rows a register. While it reads block b of its eight rows it asks for 1,152 consecutive
-    bytes of the next eight (1/n_blocks of them per block), so the memory sees one sequential
-    stream ahead: a 4 KB lead per row (`intdot.PREFETCH_BYTES`) landed in the rows this pass was
-    already reading and left the next pass cold (1 thread: 1.11x the one-row pass, 1.17x this way)."""
-    tsize = INT_GEOMETRY[Q4_K][0]
+def _pair_k(tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block, xs: list[ir.Value], sums: ir.Value,
+            dx4: ir.Value, acc: ir.Value) -> ir.Value:
+    """One Q4_K or Q5_K block of rows 2t and 2t+1 into their accumulator (`intdot._blk_q45k`'s
+    steps; Q5_K's fifth bits from its 32 bytes of high bits, as `intdot._q45k_values`)."""
+    f16 = _vec(_F32, 16)
+    sc, mn = _scale_bytes2(b, k0, k1)
+    qh = _join(b, k0.bytes(16, 32), k1.bytes(16, 32)) if tv == Q5_K else None
+    first = 16 if tv == Q4_K else 48
+    isum = None
+    for g in range(4):
+        q = _join(b, k0.bytes(first + 32 * g, 32), k1.bytes(first + 32 * g, 32))
+        lo, hi = k0.and8(q, 15), k0.shr8(q, 4)
+        if qh is not None:
+            lo = b.or_(lo, k0.shl8(k0.and8(k0.shr8(qh, 2 * g), 1), 4))
+            hi = b.or_(hi, k0.shl8(k0.and8(k0.shr8(qh, 2 * g + 1), 1), 4))
+        for j, v in ((2 * g, lo), (2 * g + 1, hi)):
+            part = _madd512(b, v, xs[j], _widen(b, sc, [j] * 16 + [8 + j] * 16))
+            isum = part if isum is None else b.add(isum, part)
+    mins = _widen(b, mn, [i // 2 for i in range(16)] + [8 + i // 2 for i in range(16)])
+    msum = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), sums, mins)
+    halfs = _join(b, *(b.bitcast(k.bytes(0, 4), _vec(ir.HalfType(), 2)) for k in (k0, k1)))
+    dm = b.fmul(b.fpext(halfs, _vec(_F32, 4)), dx4)  # d0·dx, dmin0·dx, d1·dx, dmin1·dx
+    acc = _vfma(b, b.sitofp(isum, f16), _lanes(b, dm, [0] * 8 + [2] * 8), acc)
+    return _vfma(b, b.sitofp(msum, f16), b.fneg(_lanes(b, dm, [1] * 8 + [3] * 8)), acc)
+
+
+X8_TYPES = (Q4_K, Q5_K)
+
+
+def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[ir.Value], rb_v: ir.Value,
+           nb_v: ir.Value, row) -> list[ir.Value]:
+    """Eight rows of type tv (byte offsets `starts`, `rb_v` bytes apart) dotted with one activation
+    row, two rows a register. While it reads block b of its eight rows it asks for the next eight
+    rows' block b as consecutive lines, so the memory sees one sequential stream ahead: a 4 KB
+    lead per row (`intdot.PREFETCH_BYTES`) landed in the rows this pass was already reading and
+    left the next pass cold (Q4_K at 1 thread: 1.11x the one-row pass, 1.17x this way)."""
+    tsize = INT_GEOMETRY[tv][0]
     f16 = _vec(_F32, 16)
     slots = [cgutils.alloca_once(b, f16) for _ in range(ROWS // 2)]
     for s in slots:
         b.store(ir.Constant(f16, [0.0] * 16), s)
-    scale_lanes = [[j] * 16 + [8 + j] * 16 for j in range(8)]
-    min_lanes = [i // 2 for i in range(16)] + [8 + i // 2 for i in range(16)]
     with cgutils.for_range(b, nb_v) as loop:
         blk = loop.index
         col = b.mul(blk, ir.Constant(_I64, 256))
         blocks = [_Block(b, b.gep(raw_data, [b.add(p0, b.mul(blk, ir.Constant(_I64, tsize)))])) for p0 in starts]
-        # the next eight rows' block at this position, as consecutive lines (`_q4k_pairs`' docstring)
         nxt = b.add(b.add(starts[0], b.mul(rb_v, ir.Constant(_I64, ROWS))), b.mul(blk, ir.Constant(_I64, ROWS * tsize)))
         for line in range(0, ROWS * tsize, 64):
             _prefetch(b, b.gep(raw_data, [b.add(nxt, ir.Constant(_I64, line))]))
@@ -121,20 +149,7 @@ def _q4k_pairs(context, b: ir.IRBuilder, raw_data: ir.Value, starts: list[ir.Val
         dx = row.scale(blk)
         dx4 = _lanes(b, b.insert_element(ir.Constant(_vec(_F32, 1), None), dx, ir.Constant(_I32, 0)), [0] * 4)
         for t in range(ROWS // 2):
-            k0, k1 = blocks[2 * t], blocks[2 * t + 1]
-            sc, mn = _scale_bytes2(b, k0, k1)
-            isum = None
-            for g in range(4):
-                q = _join(b, k0.bytes(16 + 32 * g, 32), k1.bytes(16 + 32 * g, 32))
-                for j, v in ((2 * g, k0.and8(q, 15)), (2 * g + 1, k0.shr8(q, 4))):
-                    part = _madd512(b, v, xs[j], _widen(b, sc, scale_lanes[j]))
-                    isum = part if isum is None else b.add(isum, part)
-            msum = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), sums, _widen(b, mn, min_lanes))
-            halfs = _join(b, *(b.bitcast(k.bytes(0, 4), _vec(ir.HalfType(), 2)) for k in (k0, k1)))
-            dm = b.fmul(b.fpext(halfs, _vec(_F32, 4)), dx4)  # d0·dx, dmin0·dx, d1·dx, dmin1·dx
-            acc = b.load(slots[t])
-            acc = _vfma(b, b.sitofp(isum, f16), _lanes(b, dm, [0] * 8 + [2] * 8), acc)
-            acc = _vfma(b, b.sitofp(msum, f16), b.fneg(_lanes(b, dm, [1] * 8 + [3] * 8)), acc)
+            acc = _pair_k(tv, b, blocks[2 * t], blocks[2 * t + 1], xs, sums, dx4, b.load(slots[t]))
             b.store(acc, slots[t])
     out = []
     for s in slots:
@@ -159,7 +174,7 @@ def idot_x8(typingctx, t, raw, p0, row_bytes, n_blocks, xq, xd, xs, x_row):
         row = activation_rows(context, b, signature, args, 5, r_v, 1)[0]
         starts = [b.add(p0_v, b.mul(rb_v, ir.Constant(_I64, j))) for j in range(ROWS)]
         if fused_form(tv):
-            sums = _q4k_pairs(context, b, raw_a.data, starts, rb_v, nb_v, row)
+            sums = _pairs(context, b, tv, raw_a.data, starts, rb_v, nb_v, row)
         else:
             sums = [row_sums(context, b, tv, raw_a.data, p, nb_v, [row])[0] for p in starts]
         return context.make_tuple(b, signature.return_type, sums)
