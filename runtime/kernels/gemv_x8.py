@@ -33,11 +33,10 @@ from .intdot import (
     _prefetch,
     _x86,
     activation_rows,
-    reduce8,
     row_sums,
     x86_avx512,
 )
-from .simd import _Block, _i64, _literal, _vec, _vfma
+from .simd import _Block, _i64, _literal, _reduce, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
@@ -154,7 +153,7 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
     out = []
     for s in slots:
         acc = b.load(s)
-        out += [reduce8(b, _lanes(b, acc, list(range(8 * h, 8 * h + 8)))) for h in (0, 1)]
+        out += [_reduce(b, _lanes(b, acc, list(range(8 * h, 8 * h + 8)))) for h in (0, 1)]
     return out
 
 

@@ -28,11 +28,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
-from .simd import _Block, _i64, _k_scale_bytes, _literal, _vec, _vfma
+from .simd import _Block, _block_loop, _i64, _k_scale_bytes, _literal, _reduce, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
-_FAST = ("fast",)
 
 # weight type -> (bytes per block, weights per block, activation block)
 INT_GEOMETRY = {Q4_0: (18, 32, 32), Q8_0: (34, 32, 32), Q4_K: (144, 256, 256), Q5_K: (176, 256, 256),
@@ -316,12 +315,6 @@ def _prefetch(b: ir.IRBuilder, p: ir.Value) -> None:
     b.call(fn, [b.bitcast(p, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
 
 
-def reduce8(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    fnty = ir.FunctionType(_F32, [_F32, v.type])
-    fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.vector.reduce.fadd.v8f32")
-    return b.call(fn, [ir.Constant(_F32, -0.0), v], fastmath=_FAST)
-
-
 def row_sums(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, nb_v: ir.Value,
              rows: list[_Row]) -> list[ir.Value]:
     """The code of one weight row (`nb_v` blocks of type tv from byte p0) dotted with each of
@@ -355,14 +348,8 @@ def row_sums(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value
         for s, a in zip(slots, accs, strict=True):
             b.store(a, s)
 
-    main = b.udiv(nb_v, ir.Constant(_I64, unroll))
-    with cgutils.for_range(b, main) as loop:
-        body(b.mul(loop.index, ir.Constant(_I64, unroll)), unroll)
-    if unroll > 1:
-        done = b.mul(main, ir.Constant(_I64, unroll))
-        with cgutils.for_range(b, b.sub(nb_v, done)) as loop:
-            body(b.add(done, loop.index), 1)
-    return [reduce8(b, b.load(s)) for s in slots]
+    _block_loop(b, nb_v, unroll, body)
+    return [_reduce(b, b.load(s)) for s in slots]
 
 
 def activation_rows(context, b: ir.IRBuilder, signature, args, first: int, row0: ir.Value, n: int) -> list[_Row]:
