@@ -6,8 +6,9 @@ that expert, four at a time, in tiles of activation rows small enough to stay in
 writes each result to its row's own place (`dest`: grouped position -> output row), so the
 grouped order never has to be undone by a copy. The same code serves batch 1, batch N and the
 grouped-MoE call: the integer dot products beat decoding to float32 and sgemm at every batch
-size measured (benchmarks/RESULTS.md). An expert with one activation row (every product of a
-decode step) walks its weight rows eight at a time instead (`gemv_x8`), with the same bits.
+size measured (benchmarks/RESULTS.md). At one thread, an expert with one activation row (every
+product of a decode step) walks its weight rows eight at a time instead (`gemv_x8`; the caller
+decides, `Matrices._x8`), with the same bits.
 """
 
 from __future__ import annotations
