@@ -397,3 +397,51 @@ def test_a_block_drafted_by_a_tail_is_not_started_once_cancelled() -> None:
         elif isinstance(ev, BlockEvent):
             cancel.set()
     assert len(after) == 1 and after[0].stats.finish_reason == "cancelled", after
+
+
+def test_the_coreset_is_offered_only_where_it_leaves_few_experts_and_kept_only_where_it_pays() -> None:
+    """The cost model's coreset (`policy.draft_coreset_size`, `policy.coreset_pays`): 16 of the real
+    model's 256 experts; none for the demo's 8 or a dense model; kept only for a pass share ≤ 0.8."""
+    from clover_runtime.decoding.policy import CORESET_SHARE, coreset_pays, draft_coreset_size
+
+    assert draft_coreset_size(256, 8) == 16 and draft_coreset_size(32, 2) == 4
+    assert draft_coreset_size(8, 2) is None and draft_coreset_size(0, 0) is None
+    assert coreset_pays(0.5) and coreset_pays(CORESET_SHARE)
+    assert not coreset_pays(0.95) and not coreset_pays(1.0) and not coreset_pays(0.0)
+    assert describe(Costs(0.01, 0.071, coreset=16, coreset_share=0.42)).endswith(
+        "; drafts route within 16 experts a layer (a pass 0.42× a full one)")
+    assert "experts a layer" not in describe(Costs(0.01, 0.071, coreset=0, coreset_share=0.97))
+
+
+@pytest.fixture(scope="module")
+def many_experts():
+    """A small Clover model with 32 experts of which a token routes to 2: a coreset of 4 is offered."""
+    from clover_runtime.synth import SynthSpec
+    from synth_models import model_path
+
+    return load_model(model_path(SynthSpec(n_expert=32, n_expert_used=2)), n_threads=1)
+
+
+def test_auto_measures_the_coreset_once_and_drafts_within_the_one_it_chose(many_experts) -> None:
+    """On a file with many experts the first auto reply measures what a coreset saves a pass and
+    keeps the verdict in the record; a record that chose a coreset makes every preview pass route
+    within it; either way the text is greedy AR's."""
+    model = many_experts
+    calibration.record_path().unlink(missing_ok=True)
+    calibration._memory.clear()
+    calibration._written.clear()
+    ar = list(generate_ar(model, PROMPT, max_tokens=40))
+    auto, _ = _tokens(model, PROMPT, max_tokens=40, block_length=16)
+    assert auto == ar
+    measured = calibration.load(model)
+    assert measured is not None and measured.coreset in (0, 4) and measured.coreset_share > 0
+    entry = json.loads(calibration.record_path().read_text(encoding="utf-8"))[calibration.model_key(model)]
+    assert entry["coreset"] == measured.coreset and entry["coreset_share"] == measured.coreset_share
+
+    for chosen in (4, 0):  # cheap passes that won before: every block diffuses
+        calibration.update(model, Costs(1.0, 1e-4, relative=0.1, block_tokens=8.0, coreset=chosen,
+                                        coreset_share=0.5 if chosen else 0.97))
+        auto, stats = _tokens(model, PROMPT, max_tokens=40, block_length=16)
+        assert auto == ar and stats.passes > 0
+        widest = max(stats.experts_history)
+        assert widest <= 4 if chosen else widest > 4

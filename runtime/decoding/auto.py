@@ -39,12 +39,16 @@ class Costs:
     """What this machine measured for a file, thread count and device: seconds of one decode step,
     of one preview pass of a whole block, diffusion's seconds per token relative to AR's on
     earlier replies (None until a reply has compared them) and the tokens a block committed on
-    them (the weight that estimate carries into the next reply)."""
+    them (the weight that estimate carries into the next reply). `coreset`: the expert coreset
+    checked drafts route within (0: every expert; None: not measured yet) and `coreset_share`,
+    what a pass restricted to it cost against a full one (`policy.coreset_pays`)."""
 
     step_s: float
     pass_s: float
     relative: float | None = None
     block_tokens: float | None = None
+    coreset: int | None = None
+    coreset_share: float | None = None
 
     @property
     def pass_steps(self) -> float:
@@ -78,6 +82,8 @@ class AutoDecode:
             self._t = self._w * seed.block_tokens
             self._s = self._t * seed.relative * seed.step_s
         self.blocks = SEEDED_BLOCKS if seed is not None and seed.relative is not None else 0
+        self.coreset = seed.coreset if seed else None  # what drafts route within (`policy.coreset_pays`)
+        self.coreset_share = seed.coreset_share if seed else None
         self.streak = 0
         self.waited = waited  # AR seconds since the last diffusion block (earlier replies' included)
         self.wait = self._first_wait()
@@ -163,6 +169,13 @@ class AutoDecode:
 
 def describe(seed: Costs | None) -> str:
     """What auto will do first, in the run banner's words."""
+    if seed is not None and seed.coreset and seed.coreset_share is not None:
+        return (f"{_describe(seed)}; drafts route within {seed.coreset} experts a layer "
+                f"(a pass {seed.coreset_share:.2f}× a full one)")
+    return _describe(seed)
+
+
+def _describe(seed: Costs | None) -> str:
     if seed is None or seed.step_s <= 0:
         return "auto: block diffusion and AR are timed on this first reply, then the faster one writes"
     steps = seed.pass_steps

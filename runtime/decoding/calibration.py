@@ -65,7 +65,16 @@ def _costs(entry: Any) -> Costs | None:
         return None
     if not (step > 0 and pas > 0) or (rel is not None and not rel > 0):
         return None
-    return Costs(step, pas, rel, tokens if tokens is not None and tokens > 0 else None)
+    return Costs(step, pas, rel, tokens if tokens is not None and tokens > 0 else None, *_coreset(entry))
+
+
+def _coreset(entry: dict) -> tuple[int | None, float | None]:
+    """The coreset a record chose and its pass share; (None, None) when unmeasured or unreadable."""
+    try:
+        size, share = int(entry["coreset"]), float(entry["coreset_share"])
+    except (TypeError, KeyError, ValueError):
+        return None, None
+    return (size, share) if size >= 0 and share > 0 else (None, None)
 
 
 def load(model: Any) -> Costs | None:
@@ -88,6 +97,8 @@ def _drifted(old: Costs | None, new: Costs) -> bool:
         if old.relative is None:
             return True
         pairs.append((old.relative, new.relative))
+    if (old.coreset, old.coreset_share) != (new.coreset, new.coreset_share):
+        return True
     return any(abs(b - a) > DRIFT * a for a, b in pairs)
 
 
@@ -103,7 +114,8 @@ def update(model: Any, costs: Costs) -> None:
         _written[key] = costs
         data = _read()
         data[key] = {"step_s": costs.step_s, "pass_s": costs.pass_s, "relative": costs.relative,
-                     "block_tokens": costs.block_tokens}
+                     "block_tokens": costs.block_tokens, "coreset": costs.coreset,
+                     "coreset_share": costs.coreset_share}
         path = record_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import CloverError, ContextLengthError, NoMaskToken
 from ..model_config import supports_exact_diffusion
-from . import calibration, policy
+from . import calibration, draft_cost, policy
 from .auto import AutoDecode, Costs, describe
 from .constraint import Constraint
 from .events import BlockEvent, DoneEvent, GenerationStats, PassEvent, TokenLogprob
@@ -180,7 +180,23 @@ def _remember(model: Any, chooser: AutoDecode | None) -> None:
     rel = chooser.relative()
     seed_tokens = chooser.seed.block_tokens if chooser.seed is not None else None
     calibration.update(model, Costs(chooser.ar_spt, chooser.pass_s, rel if rel is not None else seed_rel,
-                                    chooser.dg_tokens if chooser.dg_tokens is not None else seed_tokens))
+                                    chooser.dg_tokens if chooser.dg_tokens is not None else seed_tokens,
+                                    chooser.coreset, chooser.coreset_share))
+
+
+def _draft_coreset(model: Any, params: DecodeParams, block_length: int, chooser: AutoDecode | None) -> int | None:
+    """The expert coreset preview passes route within: `--expert-coreset` when given; under auto the
+    cost model's (`policy.draft_coreset_size`, kept only where `policy.coreset_pays` on this
+    machine, measured once by `draft_cost` and kept in the record); otherwise every expert."""
+    if params.expert_coreset is not None or chooser is None:
+        return params.expert_coreset
+    if chooser.coreset is None:
+        size = policy.draft_coreset_size(model.config.n_expert, model.config.n_expert_used)
+        if size is None:
+            return None
+        chooser.coreset_share = draft_cost.coreset_share(model, block_length, size)
+        chooser.coreset = size if policy.coreset_pays(chooser.coreset_share) else 0
+    return chooser.coreset or None
 
 
 def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
@@ -191,15 +207,17 @@ def _diffusion(model: Any, params: DecodeParams, state: Any, last_logits: np.nda
     chooser = _chooser(model, params, block_length)
     if chooser is not None:
         stats.auto_note = describe(chooser.seed)
+    coreset = _draft_coreset(model, params, block_length, chooser)
     try:
-        yield from _blocks(model, params, state, last_logits, stats, cancel, block_length, verify, chooser, con)
+        yield from _blocks(model, params, state, last_logits, stats, cancel, block_length, verify, chooser, con,
+                           coreset)
     finally:
         _remember(model, chooser)
 
 
 def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarray, stats: GenerationStats,
             cancel: threading.Event | None, block_length: int, verify: bool,
-            chooser: AutoDecode | None, con: Constraint | None = None) -> Iterator[Any]:
+            chooser: AutoDecode | None, con: Constraint | None = None, coreset: int | None = None) -> Iterator[Any]:
     """Blocks of diffusion (and `--decode auto`'s AR spans). With a grammar (`con`, only under
     verified commits) the commit checks each position against AR's masked logits, so the block
     keeps exactly what constrained AR writes; the preview masks its leftmost open position."""
@@ -284,7 +302,7 @@ def _blocks(model: Any, params: DecodeParams, state: Any, last_logits: np.ndarra
             if rows:
                 t_pass = clock.now()
                 res = model.preview(block, block_start if held else state, logit_rows=rows,
-                                    expert_coreset=params.expert_coreset, gdn_preview=params.gdn_preview)
+                                    expert_coreset=coreset, gdn_preview=params.gdn_preview)
                 if chooser is not None:
                     chooser.record_pass(clock.now() - t_pass)
                 parts.append(res.logits)

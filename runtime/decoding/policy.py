@@ -166,6 +166,29 @@ def draft_window(block_length: int, window: int, drafted: int, kept: int | None)
     return max(min(MIN_WINDOW, block_length), min(block_length, grown))
 
 
+CORESET_SHARE = 0.8  # a coreset is used only when a pass restricted to it costs at most this share of a full one
+
+
+def draft_coreset_size(n_expert: int, n_expert_used: int) -> int | None:
+    """The expert coreset checked drafts may be restricted to: twice the experts a token routes to,
+    offered only where that leaves at most a quarter of the model's experts (the real model: 16
+    of 256). A 32-row preview over a half-drafted block routes to ~140 of 256 experts, an all-mask
+    one to 8-10; with 8 experts (the demo) a block reaches all of them anyway. None: no coreset."""
+    size = 2 * n_expert_used
+    return size if n_expert_used > 0 and n_expert >= 4 * size else None
+
+
+def coreset_pays(share: float) -> bool:
+    """Whether checked drafts route within the coreset, given `share`, a pass restricted to it over
+    a full pass, both over the same half-drafted block on this machine: only when the coreset cuts
+    a pass's seconds to at most `CORESET_SHARE`. The coreset drafts worse (a row loses experts it
+    would use), which costs speed and never text, so a small saving is not worth it. On a CPU a
+    32-row pass is bound by arithmetic, not by the expert weights it reads: on the real-shape
+    8-layer file a pass took the same time with 8-10 and with ~140 experts a layer, so drafts
+    there use every expert."""
+    return 0 < share <= CORESET_SHARE
+
+
 def first_stop(tokens: Iterable[int], stop_ids: Any) -> int | None:
     """Index of the first stop token in a resolved block, or None: generation ends there."""
     for i, t in enumerate(tokens):
