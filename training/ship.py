@@ -21,23 +21,37 @@ SHIPPED = ROOT / "runtime" / "demo" / "clover-demo-Q8_0.gguf"
 MANIFEST = ROOT / "training" / "demo-manifest.json"
 
 
+def _command(log: dict, out: str, init: str | None = None) -> str:
+    """The train.py command line a run's train-log.json records."""
+    args = log["args"]
+    start = [f"--init {init}"] if init else []
+    return " ".join(["python training/train.py", f"--seed {args['seed']}", *start,
+                     f"--steps {log.get('main_steps', log['steps'])}", *log.get("recipe", []),
+                     f"--threads {args['threads']}", f"--out {out}"])
+
+
 def manifest(out: Path, shipped: Path) -> dict:
-    """What the run in `out` was (its train-log.json) and what was shipped from it."""
+    """What the run in `out` was (its train-log.json, and that of the run it started from with
+    `--init`: the command then trains that one first, and times and steps add up) and what was
+    shipped from it."""
     log = json.loads((out / "train-log.json").read_text(encoding="utf-8"))
     args = log["args"]
     last = log["log"][-1]
+    init = args.get("init")
+    base = None if init in (None, "None") else json.loads((Path(init).parent / "train-log.json").read_text("utf-8"))
+    runs = [log] if base is None else [base, log]
+    commands = [_command(log, "build/demo")] if base is None else [
+        _command(base, "build/demo-base"), _command(log, "build/demo", "build/demo-base/model.pt")]
     return {
         "file": shipped.name,
         "sha256": hashlib.sha256(shipped.read_bytes()).hexdigest(),
         "bytes": shipped.stat().st_size,
         "seed": int(args["seed"]),
-        "steps": int(log["steps"]),
+        "steps": sum(int(r["steps"]) for r in runs),
         "threads": int(args["threads"]),
-        "train_seconds": int(log["seconds"]),
-        "train_cpu_seconds": float(last["cpu_seconds"]),
-        "command": " ".join(["python training/train.py", f"--seed {args['seed']}",
-                             f"--steps {log.get('main_steps', log['steps'])}", *log.get("recipe", []),
-                             f"--threads {args['threads']}", "--out build/demo && python training/ship.py build/demo"]),
+        "train_seconds": sum(int(r["seconds"]) for r in runs),
+        "train_cpu_seconds": round(sum(float(r["log"][-1]["cpu_seconds"]) for r in runs), 1),
+        "command": " && ".join([*commands, "python training/ship.py build/demo"]),
         "training_commit": log.get("commit"),
         "final_losses": {k: last[k] for k in ("ar", "diffusion", "balance") if k in last},
     }

@@ -191,6 +191,8 @@ def lr_at(step: int, total: int, peak: float) -> float:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from another run's model.pt (same seed and corpus options) instead of from scratch")
     p.add_argument("--steps", type=int, default=1700, help="optimizer steps (reproducible)")
     p.add_argument("--minutes", type=float, default=None, help="stop after this much wall time instead")
     p.add_argument("--out", type=Path, default=Path("build/demo"))
@@ -245,7 +247,7 @@ def recipe_flags(args: argparse.Namespace) -> list[str]:
     defaults = vars(parse_args([]))
     flags = []
     for key, value in vars(args).items():
-        if key in ("seed", "steps", "minutes", "threads", "out", "log_every") or value == defaults[key]:
+        if key in ("seed", "steps", "minutes", "threads", "out", "log_every", "init") or value == defaults[key]:
             continue
         name = "--" + key.replace("_", "-")
         flags.append((name if value else "--no-" + name[2:]) if isinstance(value, bool) else f"{name} {value}")
@@ -284,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = demo_spec(len(arrays.tokens), hidden=args.hidden, layers=args.layers, experts=args.experts,
                      expert_ff=args.expert_ff)
     model = CloverLM(spec)
+    if args.init is not None:
+        model.load_state_dict(torch.load(args.init, weights_only=True)["state"])
     n_params = sum(p.numel() for p in model.parameters())
     print(f"corpus {len(examples)} dialogues, {sum(len(e.ids) for e in examples)} tokens; vocabulary "
           f"{len(arrays.tokens)}; model {n_params / 1e6:.2f}M parameters ({time.perf_counter() - t0:.0f} s)",
