@@ -7,9 +7,11 @@ medians):
    auto's t/s over AR's and whether the text is the same;
 2. the shipped demo model on held-out sums (the chat template, thinking off): the wall-clock
    t/s of the default decode over AR's over all sums, and whether every answer is AR's;
-3. a draft that is right by construction (unchecked blocks, a fixed 32 tokens revealed per pass)
-   on the real-shape file, for each expert coreset: t/s over AR's, with the pass cost in decode
-   steps, so the cost model's break-even is visible.
+3. a draft that is right by construction (unchecked blocks, a fixed number of tokens revealed
+   per pass: 32, one all-mask pass a block; 8, four passes) on the real-shape file, for each
+   expert coreset: t/s over AR's, with a pass's cost in decode steps over an all-mask block and
+   over a half-drafted one and the experts the latter routes to, so the cost model's inputs
+   (`--decode auto` keeps a coreset only where it cuts a pass to 0.8 of its cost) are visible.
 
 Each thread count runs in a fresh process state of its own calibration record (a temporary
 CLOVER_HOME) after one warm-up reply per model, which is what a user's second reply sees.
@@ -134,24 +136,62 @@ def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
             "diffusion_tokens": dg, "forced": forced / ar}
 
 
-def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: int) -> list[dict]:
+def pass_steps(model: Any, coreset: int | None, reps: int = 3) -> tuple[float, float, float]:
+    """A 32-row preview pass in decode steps over an all-mask block and over a half-drafted one
+    (within `coreset` experts), and the experts a half-drafted pass used per layer: an all-mask
+    block's rows route alike, so only a pass over drafted tokens shows what a coreset saves."""
+    import time
+
+    import numpy as np
+
+    n = int(model.config.diffusion.block_length)
+    mask = int(model.config.diffusion.mask_token_id)
+    half = np.full(n, mask, dtype=np.int64)
+    half[:n // 2] = np.random.default_rng(0).integers(0, model.n_vocab, size=n // 2)
+    state = model.new_state(n + 20)
+    model.forward(list(range(16)), state, last_only=True)
+    snap = state.copy()
+
+    def best(fn: Any) -> float:
+        ts = []
+        for _ in range(reps + 1):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+            model.restore(state, snap)
+        return min(ts[1:])
+
+    step = best(lambda: model.forward([5], state, last_only=True))
+    rows = list(range(n))
+    empty = best(lambda: model.preview([mask] * n, state, logit_rows=rows, expert_coreset=coreset))
+    drafted = best(lambda: model.preview(half, state, logit_rows=rows, expert_coreset=coreset))
+    used = model.preview(half, state, logit_rows=rows, expert_coreset=coreset).experts_per_layer
+    return empty / step, drafted / step, float(np.mean(used))
+
+
+def forced_drafts(path: Path, threads: int, coresets: list[int | None], rounds: int,
+                  reveal_ks: list[int]) -> list[dict]:
+    """Unchecked blocks revealing a fixed `reveal_k` per pass (32: one all-mask pass a block; 8: four
+    passes, three over drafted tokens), for each coreset, against AR, with what a pass costs."""
     from clover_runtime import load_model
-    from clover_runtime.bench import pass_cost_in_steps, synthetic_tokens
+    from clover_runtime.bench import synthetic_tokens
     from clover_runtime.text.reply import Timings
 
     model = load_model(path, n_threads=threads)
     prompt = synthetic_tokens(16, model.n_vocab, seed=7)
     rows = []
     for core in coresets:
-        kw = {"decode": "diffusion", "verify": False, "reveal_k": 32, "expert_coreset": core, "max_tokens": 64}
-        _generate(model, prompt, **kw)
-        ar_ts, dg_ts = [], []
-        for _ in range(rounds):
-            ar_ts.append(Timings.of(_generate(model, prompt, decode="ar", max_tokens=64)[1]).predicted_per_second)
-            dg_ts.append(Timings.of(_generate(model, prompt, **kw)[1]).predicted_per_second)
-        ar, dg = statistics.median(ar_ts), statistics.median(dg_ts)
-        rows.append({"threads": threads, "coreset": core or "all", "ar": ar, "dg": dg, "ratio": dg / ar,
-                     "pass_steps": pass_cost_in_steps(model, None)})
+        costs = pass_steps(model, core)
+        for k in reveal_ks:
+            kw = {"decode": "diffusion", "verify": False, "reveal_k": k, "expert_coreset": core, "max_tokens": 64}
+            _generate(model, prompt, **kw)
+            ar_ts, dg_ts = [], []
+            for _ in range(rounds):
+                ar_ts.append(Timings.of(_generate(model, prompt, decode="ar", max_tokens=64)[1]).predicted_per_second)
+                dg_ts.append(Timings.of(_generate(model, prompt, **kw)[1]).predicted_per_second)
+            ar, dg = statistics.median(ar_ts), statistics.median(dg_ts)
+            rows.append({"threads": threads, "coreset": core or "all", "reveal_k": k, "ar": ar, "dg": dg,
+                         "ratio": dg / ar, "empty_steps": costs[0], "drafted_steps": costs[1], "experts": costs[2]})
     return rows
 
 
@@ -163,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("-n", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--sums", type=int, default=20)
     ap.add_argument("--coresets", type=int, nargs="*", default=[0, 16, 8], help="0: every expert")
+    ap.add_argument("--reveal-ks", type=int, nargs="+", default=[32, 8],
+                    help="tokens a forced draft reveals per pass")
     ap.add_argument("-r", "--rounds", type=int, default=3)
     ap.add_argument("--demo-only", action="store_true", help="only the demo's held-out sums")
     args = ap.parse_args(argv)
@@ -183,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
                       f"{r['diffusion_tokens']:.0f} | {r['note']} |", flush=True)
             demo.append(demo_sums(t, args.sums, args.rounds))
             if not args.demo_only:
-                forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds)
+                forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds, args.reveal_ks)
     if home is None:
         os.environ.pop("CLOVER_HOME", None)
     else:
@@ -194,11 +236,12 @@ def main(argv: list[str] | None = None) -> None:
     for d in demo:
         print(f"| {d['threads']} | {d['sums']} | {d['ar']:.1f} | {d['auto']:.1f} | **{d['ratio']:.2f}×** | "
               f"{d['same']} | {d['diffusion_tokens']} | {d['forced']:.2f}× |")
-    print("\n| threads | expert coreset | AR t/s | forced 32-token drafts t/s | ratio | pass cost (decode steps) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| threads | expert coreset | tokens a pass | AR t/s | forced drafts t/s | ratio | all-mask pass "
+          "(decode steps) | half-drafted pass (decode steps) | experts a layer (half-drafted) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for f in forced:
-        print(f"| {f['threads']} | {f['coreset']} | {f['ar']:.2f} | {f['dg']:.2f} | {f['ratio']:.2f}× | "
-              f"{f['pass_steps']:.1f} |")
+        print(f"| {f['threads']} | {f['coreset']} | {f['reveal_k']} | {f['ar']:.2f} | {f['dg']:.2f} | "
+              f"{f['ratio']:.2f}× | {f['empty_steps']:.1f} | {f['drafted_steps']:.1f} | {f['experts']:.0f} |")
 
 
 if __name__ == "__main__":
