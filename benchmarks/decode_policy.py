@@ -90,14 +90,14 @@ def random_weights(path: Path, threads: int, lengths: list[int], rounds: int) ->
     return rows
 
 
-def demo_sums(threads: int, n_sums: int, rounds: int) -> dict:
+def demo_sums(threads: int, n_sums: int, rounds: int, path: Path | None = None) -> dict:
     import corpus as demo_corpus
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
     from clover_runtime.demo import demo_path
     from clover_runtime.text.reply import Reply, Timings
 
-    chat = load_chat(demo_path(), n_ctx=1024, n_threads=threads)
+    chat = load_chat(path or demo_path(), n_ctx=1024, n_threads=threads)
     pairs = demo_corpus.make_corpus(0, arithmetic_pairs=1, repeats=1).held_out_arithmetic
     pairs = pairs[:: max(1, len(pairs) // n_sums)][:n_sums]
 
@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="tokens a forced draft reveals per pass")
     ap.add_argument("-r", "--rounds", type=int, default=3)
     ap.add_argument("--demo-only", action="store_true", help="only the demo's held-out sums")
+    ap.add_argument("--demo", type=Path, default=None, help="another demo file (default: the shipped one)")
     args = ap.parse_args(argv)
     path = None if args.demo_only else args.model or _real_shape(args.layers)
     home = os.environ.get("CLOVER_HOME")
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
             for r in [] if args.demo_only else random_weights(path, t, args.n, args.rounds):
                 print(f"| {t} | {r['n']} | {r['ar']:.2f} | {r['auto']:.2f} | **{r['ratio']:.2f}×** | {r['same']} | "
                       f"{r['diffusion_tokens']:.0f} | {r['note']} |", flush=True)
-            demo.append(demo_sums(t, args.sums, args.rounds))
+            demo.append(demo_sums(t, args.sums, args.rounds, args.demo))
             if not args.demo_only:
                 forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds, args.reveal_ks)
     if home is None:
