@@ -12,7 +12,8 @@ import numpy as np
 def coreset_share(model: Any, block_length: int, size: int, reps: int = 2) -> float:
     """Seconds of a preview pass routed within `size` experts over those of a pass with every
     expert, both over one half-drafted block on a scratch sequence (min of `reps` alternated
-    timings after one untimed pass each). Half drafted, because an all-mask block's rows route
+    timings after one untimed pass each: six passes, once per file, thread count and device; on
+    the full model on a CPU a few seconds of the first reply). Half drafted, because an all-mask block's rows route
     alike (8-10 of 256 experts a layer on the real shape) and a coreset could save nothing there,
     while a block holding drafted tokens routes to ~140."""
     mask = model.config.diffusion.mask_token_id
