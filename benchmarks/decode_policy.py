@@ -143,11 +143,11 @@ def pass_steps(model: Any, coreset: int | None, reps: int = 3) -> tuple[float, f
     import time
 
     import numpy as np
+    from clover_runtime.decoding.draft_cost import half_drafted
 
     n = int(model.config.diffusion.block_length)
     mask = int(model.config.diffusion.mask_token_id)
-    half = np.full(n, mask, dtype=np.int64)
-    half[:n // 2] = np.random.default_rng(0).integers(0, model.n_vocab, size=n // 2)
+    half = half_drafted(model, n)
     state = model.new_state(n + 20)
     model.forward(list(range(16)), state, last_only=True)
     snap = state.copy()
