@@ -8,7 +8,8 @@ grouped order never has to be undone by a copy. The same code serves batch 1, ba
 grouped-MoE call: the integer dot products beat decoding to float32 and sgemm at every batch
 size measured (benchmarks/RESULTS.md). At one thread, an expert with one activation row (every
 product of a decode step) walks its weight rows eight at a time instead (`gemv_x8`; the caller
-decides, `Matrices._x8`), with the same bits.
+decides, `Matrices._x8`), and Q8_0/Q4_0 weight rows meet two or more activation rows four at a
+time, two a register (`pair_rows`), with the same bits.
 """
 
 from __future__ import annotations
@@ -17,12 +18,64 @@ from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
 from .gemv_x8 import ROWS, idot_x8
 from .intdot import INT_GEOMETRY, idot_rows
 from .jit import njit, prange
+from .pair_rows import idot_pair
 
 ROW_TILE = 64  # activation rows kept hot while a run of weight rows streams past
 
 
 @njit(inline="always")
-def _igrouped(t, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
+def _one_weight_row(t, raw, p, n_blocks, xq, xd, xs, s0, r, rend, o, dest, yg):
+    """Weight row o (at byte p) against grouped activation rows r .. rend - 1: eight, four, two,
+    then one at a time."""
+    while rend - r >= 8:
+        v8 = idot_rows(t, 8, raw, p, n_blocks, xq, xd, xs, s0 + r)
+        for i in range(8):
+            yg[dest[s0 + r + i], o] = v8[i]
+        r += 8
+    if rend - r >= 4:
+        v4 = idot_rows(t, 4, raw, p, n_blocks, xq, xd, xs, s0 + r)
+        for i in range(4):
+            yg[dest[s0 + r + i], o] = v4[i]
+        r += 4
+    if rend - r >= 2:
+        v2 = idot_rows(t, 2, raw, p, n_blocks, xq, xd, xs, s0 + r)
+        yg[dest[s0 + r], o] = v2[0]
+        yg[dest[s0 + r + 1], o] = v2[1]
+        r += 2
+    if rend - r >= 1:
+        yg[dest[s0 + r], o] = idot_rows(t, 1, raw, p, n_blocks, xq, xd, xs, s0 + r)[0]
+
+
+@njit(inline="always")
+def _weight_rows(t, w, raw, p, rb, n_blocks, xq, xd, xs, s0, rt, rend, o, dest, yg):
+    """Weight rows o .. o + w - 1 (the first at byte p) against grouped activation
+    rows rt .. rend - 1, two weight rows a register (`pair_rows`), a last single activation row
+    a weight row at a time."""
+    r = rt
+    while rend - r >= 8:
+        v = idot_pair(t, w, 8, raw, p, rb, n_blocks, xq, xd, xs, s0 + r)
+        for j in range(w):
+            for i in range(8):
+                yg[dest[s0 + r + i], o + j] = v[8 * j + i]
+        r += 8
+    if rend - r >= 4:
+        v = idot_pair(t, w, 4, raw, p, rb, n_blocks, xq, xd, xs, s0 + r)
+        for j in range(w):
+            for i in range(4):
+                yg[dest[s0 + r + i], o + j] = v[4 * j + i]
+        r += 4
+    if rend - r >= 2:
+        v = idot_pair(t, w, 2, raw, p, rb, n_blocks, xq, xd, xs, s0 + r)
+        for j in range(w):
+            yg[dest[s0 + r], o + j] = v[2 * j]
+            yg[dest[s0 + r + 1], o + j] = v[2 * j + 1]
+        r += 2
+    for j in range(w):
+        _one_weight_row(t, raw, p + j * rb, n_blocks, xq, xd, xs, s0, r, rend, o + j, dest, yg)
+
+
+@njit(inline="always")
+def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
               item_row1, dest, yg):
     rb = n_blocks * tsize
     for it in prange(item_expert.shape[0]):
@@ -32,33 +85,21 @@ def _igrouped(t, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, ite
         for rt in range(0, cnt, ROW_TILE):
             rend = min(cnt, rt + ROW_TILE)
             o0 = item_row0[it]
+            o1 = item_row1[it]
             if x8 and rend - rt == 1:  # one activation row (a decode step): eight weight rows a pass
                 d = dest[s0 + rt]
-                while item_row1[it] - o0 >= ROWS:
+                while o1 - o0 >= ROWS:
                     v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0 + rt)
                     for j in range(ROWS):
                         yg[d, o0 + j] = v[j]
                     o0 += ROWS
-            for o in range(o0, item_row1[it]):
-                p = e * expert_bytes + o * rb
-                r = rt
-                while rend - r >= 8:
-                    v8 = idot_rows(t, 8, raw, p, n_blocks, xq, xd, xs, s0 + r)
-                    for i in range(8):
-                        yg[dest[s0 + r + i], o] = v8[i]
-                    r += 8
-                if rend - r >= 4:
-                    v4 = idot_rows(t, 4, raw, p, n_blocks, xq, xd, xs, s0 + r)
-                    for i in range(4):
-                        yg[dest[s0 + r + i], o] = v4[i]
-                    r += 4
-                if rend - r >= 2:
-                    v2 = idot_rows(t, 2, raw, p, n_blocks, xq, xd, xs, s0 + r)
-                    yg[dest[s0 + r], o] = v2[0]
-                    yg[dest[s0 + r + 1], o] = v2[1]
-                    r += 2
-                if rend - r >= 1:
-                    yg[dest[s0 + r], o] = idot_rows(t, 1, raw, p, n_blocks, xq, xd, xs, s0 + r)[0]
+            if pairs and rend - rt >= 2:  # many activation rows (a block): two weight rows a register
+                while o1 - o0 >= 4:
+                    _weight_rows(t, 4, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0, rt, rend,
+                                 o0, dest, yg)
+                    o0 += 4
+            for o in range(o0, o1):
+                _one_weight_row(t, raw, e * expert_bytes + o * rb, n_blocks, xq, xd, xs, s0, rt, rend, o, dest, yg)
 
 
 _P = {"parallel": True, "cache": True}
@@ -66,27 +107,27 @@ _P = {"parallel": True, "cache": True}
 
 @njit(**_P)
 def _int_q4_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_0, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q4_0, True, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q8_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q8_0, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q8_0, True, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q4_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q4_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q5_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q5_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q5_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q6_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q6_K, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q6_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 INT_KERNELS = {Q4_0: _int_q4_0, Q8_0: _int_q8_0, Q4_K: _int_q4_k, Q5_K: _int_q5_k, Q6_K: _int_q6_k}

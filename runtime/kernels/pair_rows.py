@@ -1,0 +1,182 @@
+"""The many-row kernel of the 32-value formats: two weight rows a 512-bit register against R rows.
+
+A block's preview or commit multiplies 32 activation rows by every weight row. Done a weight row
+at a time (`intdot.row_sums`), a Q8_0 or Q4_0 pair of blocks costs ~14 instructions per
+activation row for 64 multiply-adds: the activations' signs flipped, two multiply-add steps,
+the halves split, two conversions, two scale products and two fmas. Here weight rows 2t and
+2t+1 share a register (row 2t's block in the low half, row 2t+1's in the high half) against one
+activation block broadcast to both halves, so every step serves two rows, and what depends only
+on the weights (their signs, scales, nibbles) is done once for all R activation rows. With
+AVX-512 VNNI the integer sum is one `vpdpbusd` of unsigned weight bytes (Q8_0's plus 128,
+Q4_0's nibbles) against the signed activations, the offset taken back by starting the sum at
+minus (offset x the activations' sums of four), which depends only on the activations.
+
+The bits are `intdot.idot_rows`'s: lane l of a row's integer sum gathers the same four products
+(bytes 4l to 4l+3 of the block), integers add exactly in any grouping, and the float steps (one
+conversion, one fma by d x dx per block and lane, in block order, then the same 8-lane reduction
+per row) are the same operations on the same values. `tests/test_kernels_pair_rows.py` checks it
+bit for bit against the one-row pass on both integer forms.
+
+Q8_0 and Q4_0 on AVX-512BW hosts have this form; other types and hosts get two `row_sums`
+passes, so callers need not ask.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+from llvmlite import binding as llb
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..quants.formats import Q4_0, Q8_0
+from .intdot import INT_GEOMETRY, _prefetch, _x86, activation_rows, row_sums, x86_avx512
+from .simd import _Block, _i64, _literal, _reduce, _vec, _vfma
+
+_I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+_F32 = ir.FloatType()
+PAIR_TYPES = (Q8_0, Q4_0)
+PAIR_WEIGHT_ROWS = (4,)  # weight rows per pass, two a register (the rest take the one-row pass)
+PAIR_ROWS = (8, 4, 2)  # activation rows per pass (a single row keeps the one-row or eight-row pass)
+
+
+@functools.cache
+def vnni() -> bool:
+    """Whether the pair kernel's integer sums are `vpdpbusd` (an AVX-512 VNNI host, unless
+    CLOVER_SIMD is avx2 or novnni); the same integers either way."""
+    if os.environ.get("CLOVER_SIMD", "").strip().lower() == "novnni":
+        return False
+    return x86_avx512() and bool(llb.get_host_cpu_features().get("avx512vnni"))
+
+
+def pair_form(t: int) -> bool:
+    """Whether type t has the two-rows-a-register form on this host (else two one-row passes)."""
+    return t in PAIR_TYPES and x86_avx512()
+
+
+def _join(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    n = lo.type.count
+    return b.shuffle_vector(lo, hi, ir.Constant(_vec(_I32, 2 * n), list(range(2 * n))))
+
+
+def _lanes(b: ir.IRBuilder, v: ir.Value, idx: list[int]) -> ir.Value:
+    return b.shuffle_vector(v, v, ir.Constant(_vec(_I32, len(idx)), idx))
+
+
+def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
+    """acc + (<64 x u8> u times <64 x i8> s, fours summed): <16 x i32>, exact here (no sum nears 2^31)."""
+    i32x16 = _vec(_I32, 16)
+    return _x86(b, "llvm.x86.avx512.vpdpbusd.512", i32x16, acc, b.bitcast(u, i32x16), b.bitcast(s, i32x16))
+
+
+def _unsigned(tv: int, k: _Block) -> ir.Value:
+    """A block's 32 weights as <32 x u8> with the format's offset added: Q8_0's w + 128 (w xor
+    0x80), Q4_0's nibbles as stored (w + 8)."""
+    if tv == Q8_0:
+        return k.b.xor(k.bytes(2, 32), k.const(_I8, [-128] * 32))
+    q = k.bytes(2, 16)
+    return k.b.shuffle_vector(k.and8(q, 15), k.shr8(q, 4), ir.Constant(_vec(_I32, 32), list(range(32))))
+
+
+def _signed(tv: int, k: _Block) -> ir.Value:
+    """A block's 32 weights as <32 x i8> (`intdot._w32`)."""
+    if tv == Q8_0:
+        return k.bytes(2, 32)
+    return k.b.sub(_unsigned(tv, k), k.const(_I8, [8] * 32))
+
+
+class _Weights:
+    """Blocks b of weight rows 2t and 2t+1, prepared once for every activation row."""
+
+    def __init__(self, tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block):
+        self.b = b
+        halfs = _join(b, *(b.bitcast(k.bytes(0, 2), _vec(ir.HalfType(), 1)) for k in (k0, k1)))
+        self.d = _lanes(b, b.fpext(halfs, _vec(_F32, 2)), [0] * 8 + [1] * 8)  # d(2t) x 8, d(2t+1) x 8
+        if vnni():
+            self.u = _join(b, _unsigned(tv, k0), _unsigned(tv, k1))
+        else:
+            w = _join(b, _signed(tv, k0), _signed(tv, k1))
+            self.u = _x86(b, "llvm.abs.v64i8", _vec(_I8, 64), w, ir.Constant(ir.IntType(1), 0))
+            self.negative = b.icmp_signed("<", w, ir.Constant(_vec(_I8, 64), [0] * 64))
+
+    def isum(self, x: ir.Value, start: ir.Value | None) -> ir.Value:
+        """The two rows' <8 x i32> sums against the broadcast activation block x (64 bytes);
+        `start`: minus the offset times x's sums of four (VNNI)."""
+        b = self.b
+        if start is not None:
+            return _dpbusd(b, start, self.u, x)
+        sx = b.select(self.negative, b.sub(ir.Constant(_vec(_I8, 64), [0] * 64), x), x)
+        return _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16),
+                    _x86(b, "llvm.x86.avx512.pmaddubs.w.512", _vec(_I16, 32), self.u, sx),
+                    ir.Constant(_vec(_I16, 32), [1] * 32))
+
+
+def _offset_start(b: ir.IRBuilder, tv: int, x: ir.Value) -> ir.Value:
+    """Minus the unsigned weights' offset times x's sums of four: where `vpdpbusd` starts."""
+    zero = ir.Constant(_vec(_I32, 16), [0] * 16)
+    offset = ir.Constant(_vec(_I8, 64), [128 if tv == Q8_0 else 8] * 64)
+    return b.sub(zero, _dpbusd(b, zero, offset, x))
+
+
+def _pair_pass(b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, rb_v: ir.Value, nb_v: ir.Value,
+               n_w: int, rows: list) -> list[ir.Value]:
+    """Weight rows at bytes p0, p0 + rb_v, ... (n_w of them, two a register) against each of
+    `rows`: the sums, weight row by weight row, each for every activation row."""
+    tsize = INT_GEOMETRY[tv][0]
+    f16 = _vec(_F32, 16)
+    n_pairs = n_w // 2
+    slots = [[cgutils.alloca_once(b, f16) for _ in rows] for _ in range(n_pairs)]
+    for s in (s for pair in slots for s in pair):
+        b.store(ir.Constant(f16, [0.0] * 16), s)
+    starts = [b.add(p0, b.mul(rb_v, ir.Constant(_I64, j))) for j in range(n_w)]
+    with cgutils.for_range(b, nb_v) as loop:
+        blk = loop.index
+        off = b.mul(blk, ir.Constant(_I64, tsize))
+        ptrs = [b.gep(raw_data, [b.add(p, off)]) for p in starts]
+        for ptr in ptrs:
+            _prefetch(b, b.gep(ptr, [ir.Constant(_I64, 1024)]))
+        ws = [_Weights(tv, b, _Block(b, ptrs[2 * j]), _Block(b, ptrs[2 * j + 1])) for j in range(n_pairs)]
+        col = b.mul(blk, ir.Constant(_I64, 32))
+        for i, row in enumerate(rows):
+            x = row.values(col)
+            x = _join(b, x, x)
+            start = _offset_start(b, tv, x) if vnni() else None
+            dx = b.insert_element(ir.Constant(_vec(_F32, 1), None), row.scale(blk), ir.Constant(_I32, 0))
+            dx = _lanes(b, dx, [0] * 16)
+            for w, pair in zip(ws, slots, strict=True):
+                isum = w.isum(x, start)
+                acc = _vfma(b, b.sitofp(isum, f16), b.fmul(w.d, dx), b.load(pair[i]))
+                b.store(acc, pair[i])
+    out = []
+    for pair in slots:
+        accs = [b.load(s) for s in pair]
+        for h in (0, 1):
+            out += [_reduce(b, _lanes(b, acc, list(range(8 * h, 8 * h + 8)))) for acc in accs]
+    return out
+
+
+@intrinsic
+def idot_pair(typingctx, t, w, r, raw, p0, row_bytes, n_blocks, xq, xd, xs, x_row0):
+    """`w` (4) consecutive weight rows, the first at byte p0 of raw, each `row_bytes` long
+    (`n_blocks` blocks of type `t`), dotted with the 8-bit activation rows x_row0 .. x_row0 + r - 1:
+    w x r float32, weight row by weight row, each with the bits `idot_rows` gives it."""
+    tv, nw, nr = _literal(t), _literal(w), _literal(r)
+    if tv not in PAIR_TYPES or nw not in PAIR_WEIGHT_ROWS or nr not in PAIR_ROWS:
+        return None
+    sig = types.UniTuple(types.float32, nw * nr)(t, w, r, raw, p0, row_bytes, n_blocks, xq, xd, xs, x_row0)
+
+    def codegen(context, b, signature, args):
+        raw_a = context.make_array(signature.args[3])(context, b, args[3])
+        p0_v, rb_v, nb_v, r0_v = (_i64(context, b, args[i], signature.args[i]) for i in (4, 5, 6, 10))
+        rows = activation_rows(context, b, signature, args, 7, r0_v, nr)
+        if pair_form(tv):
+            sums = _pair_pass(b, tv, raw_a.data, p0_v, rb_v, nb_v, nw, rows)
+        else:
+            ps = [b.add(p0_v, b.mul(rb_v, ir.Constant(_I64, j))) for j in range(nw)]
+            sums = [s for p in ps for s in row_sums(context, b, tv, raw_a.data, p, nb_v, rows)]
+        return context.make_tuple(b, signature.return_type, sums)
+
+    return sig, codegen
