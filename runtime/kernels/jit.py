@@ -181,6 +181,17 @@ def set_threads(n: int | None) -> int:
     return want
 
 
+PARALLEL_VALUES = 32768  # fewer values are worked in the calling thread (`parallel_pays`)
+
+
+def parallel_pays(values: int) -> bool:
+    """Whether an element-wise kernel over `values` floats runs its parallel form: only with
+    more than one thread and enough work. A parallel launch costs ~5 us even at one thread,
+    more than quantizing, norming or gating a 32-row block of the demo model (4,096 values,
+    ~2 us serially), and a block pass makes ~100 such calls."""
+    return values >= PARALLEL_VALUES and current_threads() > 1
+
+
 def current_threads() -> int:
     """The kernels' thread count in the calling thread, as last set here (cheaper than asking numba)."""
     n = getattr(_local, "threads", None)

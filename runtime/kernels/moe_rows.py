@@ -15,9 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .act import _FM, _sigmoid_into, silu_inplace
-from .jit import njit, prange
-
-PARALLEL_ROWS = 16  # fewer rows run in the calling thread (a parallel launch costs more)
+from .jit import njit, parallel_pays, prange
 
 
 @njit(inline="always")
@@ -161,7 +159,7 @@ def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
     gate = np.asarray(gate, np.float32)
     up = np.asarray(up, np.float32)
     out = np.empty(gate.shape, np.float32)
-    (_swiglu_parallel if gate.shape[0] >= PARALLEL_ROWS else _swiglu_serial)(gate, up, out)
+    (_swiglu_parallel if parallel_pays(gate.size) else _swiglu_serial)(gate, up, out)
     return out
 
 
@@ -220,5 +218,5 @@ def mix(weights: np.ndarray, down: np.ndarray, shared: np.ndarray | None = None,
     hh = np.ascontiguousarray(h, np.float32) if gated else _NONE
     gi = np.ascontiguousarray(gate_inp, np.float32) if gated else _NO_GATE
     out = np.empty((n, down.shape[2]), np.float32)
-    (_mix_parallel if n >= PARALLEL_ROWS else _mix_serial)(weights, down, sh, hh, gi, gated, out)
+    (_mix_parallel if parallel_pays(down.size) else _mix_serial)(weights, down, sh, hh, gi, gated, out)
     return out

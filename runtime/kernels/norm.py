@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import njit, prange
-
-PARALLEL_ROWS = 16  # fewer rows run in the calling thread (a parallel launch costs more)
+from .jit import njit, parallel_pays, prange
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc"})
@@ -59,5 +57,5 @@ def rms_norm(x: np.ndarray, weight: np.ndarray | None, eps: float) -> np.ndarray
     out = np.empty_like(rows)
     w = _NO_WEIGHT if weight is None else np.ascontiguousarray(weight, np.float32).reshape(-1)
     if rows.shape[0]:
-        (_norm_parallel if rows.shape[0] >= PARALLEL_ROWS else _norm_serial)(rows, w, np.float32(eps), out)
+        (_norm_parallel if parallel_pays(rows.size) else _norm_serial)(rows, w, np.float32(eps), out)
     return out.reshape(x.shape)

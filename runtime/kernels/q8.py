@@ -10,31 +10,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import njit, prange
+from .jit import njit, parallel_pays, prange
 
 SUM_GROUP = 16  # values per entry of the block sums
 
 
-PARALLEL_ROWS = 16  # fewer rows are quantized in the calling thread (a parallel launch costs more)
+@njit(inline="always", fastmath={"nnan", "ninf", "nsz"})
+def _quantize_block(xs, qs):
+    """One block of one row, as 1-D views (the loops over them become vector code): its scale."""
+    amax = np.float32(0.0)
+    for i in range(xs.shape[0]):
+        amax = max(amax, abs(xs[i]))
+    scale = amax / np.float32(127.0)
+    if scale > 0:
+        for i in range(xs.shape[0]):
+            qs[i] = np.int8(np.rint(xs[i] / scale))
+    else:
+        qs[:] = 0
+    return scale
 
 
 @njit(inline="always")
 def _quantize_row(x, r, block, q, d, sums):
     n_in = x.shape[1]
+    xr = x[r]
+    qr = q[r]
     for b in range(n_in // block):
-        amax = np.float32(0.0)
-        for i in range(b * block, (b + 1) * block):
-            v = abs(x[r, i])
-            if v > amax:
-                amax = v
-        scale = amax / np.float32(127.0)
-        d[r, b] = scale
-        for i in range(b * block, (b + 1) * block):
-            q[r, i] = np.int8(np.rint(x[r, i] / scale)) if scale > 0 else np.int8(0)
+        d[r, b] = _quantize_block(xr[b * block:(b + 1) * block], qr[b * block:(b + 1) * block])
     for g in range(n_in // SUM_GROUP):
         s = 0
         for i in range(g * SUM_GROUP, (g + 1) * SUM_GROUP):
-            s += q[r, i]
+            s += qr[i]
         sums[r, g] = s
 
 
@@ -66,7 +72,7 @@ class Q8Rows:
         self.d = np.empty((n, n_in // block), np.float32)
         self.sums = np.empty((n, n_in // SUM_GROUP), np.int16)
         if n:
-            fn = _quantize_parallel if n >= PARALLEL_ROWS else _quantize_serial
+            fn = _quantize_parallel if parallel_pays(n * n_in) else _quantize_serial
             fn(x, block, self.q, self.d, self.sums)
 
     def take(self, rows: np.ndarray) -> Q8Rows:
