@@ -18,6 +18,30 @@ _FM = {"contract", "nsz", "reassoc"}
 MIN_CHUNK = 256  # positions per work item at least
 
 
+@njit(inline="always")
+def _zero(a):
+    """a[...] = 0 as a plain loop: outside a prange the array expression became a parallel
+    loop of its own, one launch (~0.7 us at one thread) per call of it."""
+    flat = a.reshape(-1)
+    for i in range(flat.shape[0]):
+        flat[i] = 0.0
+
+
+@njit(inline="always")
+def _scores(qi, kt, L, scale, out):
+    """out[j] = (Σ_t qi[t]·kt[t, j]) · scale for j < L, each position's sum taken in t order on
+    its own lane (so its bits depend on no other position, row or call)."""
+    for j in range(L):
+        out[j] = np.float32(0.0)
+    for t in range(qi.shape[0]):
+        qt = qi[t]
+        kr = kt[t]
+        for j in range(L):
+            out[j] += qt * kr[j]
+    for j in range(L):
+        out[j] *= scale
+
+
 @njit(parallel=True, cache=True, fastmath=_FM)
 def _attend(q, K, V, M, limits, scale, chunk, out):
     n, heads, d = q.shape
@@ -28,7 +52,7 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
     nc = (M + chunk - 1) // chunk
     pm = np.empty((kvh, nc, R), np.float32)
     pl = np.empty((kvh, nc, R), np.float32)
-    pacc = np.zeros((kvh, nc, R, dv), np.float32)
+    pacc = np.empty((kvh, nc, R, dv), np.float32)  # zeroed by each item (`_zero`)
     for it in prange(kvh * nc):
         h = it // nc
         c = it % nc
@@ -37,19 +61,20 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
         s = np.empty((R, L), np.float32)
         e = np.empty(L, np.float32)
         bits = np.empty(L, np.int32)
-        for j in range(L):  # each key row read once, dotted with every query row
+        _zero(pacc[h, c])
+        kt = np.empty((d, L), np.float32)  # the chunk's keys transposed: scores are then vector
+        for j in range(L):  # code over positions, with no sum across lanes per (key, query)
             kr = K[h, p0 + j]
-            for r in range(n):
-                visible = p0 + j < limits[r]
-                for gi in range(g):
-                    if visible:
-                        qi = q[r, h * g + gi]
-                        acc = np.float32(0.0)
-                        for t in range(d):
-                            acc += qi[t] * kr[t]
-                        s[r * g + gi, j] = acc * scale
-                    else:
-                        s[r * g + gi, j] = -np.inf
+            for t in range(d):
+                kt[t, j] = kr[t]
+        for r in range(n):
+            Lr = min(L, max(0, limits[r] - p0))
+            for gi in range(g):
+                qi = q[r, h * g + gi]
+                sr = s[r * g + gi]
+                _scores(qi, kt, Lr, scale, sr)
+                for j in range(Lr, L):
+                    sr[j] = -np.inf
         for row in range(R):
             # only the positions this row sees: its loops then run exactly as in a call of its own
             # (a vectorised sum groups its terms by the trip count), whatever rows share the call
@@ -71,15 +96,12 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
             for j in range(Lr):
                 tot += sr[j]
             pl[h, c, row] = tot
-        for j in range(L):  # each value row read once, added into every query row that sees it
-            vr = V[h, p0 + j]
-            for row in range(R):
-                if p0 + j >= limits[row // g]:
-                    continue
+        for row in range(R):  # the values each row sees, in position order, added into its sum
+            Lr = min(L, max(0, limits[row // g] - p0))  # (indexed in place: a view made per
+            for j in range(Lr):  # position and row cost more, in reference counts, than its sum)
                 pj = s[row, j]
-                a = pacc[h, c, row]
                 for t in range(dv):
-                    a[t] += pj * vr[t]
+                    pacc[h, c, row, t] += pj * V[h, p0 + j, t]
     for r in range(n):
         for hh in range(heads):
             h = hh // g
@@ -90,7 +112,7 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
                     mx = pm[h, c, row]
             tot = np.float32(0.0)
             o = out[r, hh]
-            o[:] = 0.0
+            _zero(o)
             for c in range(nc):
                 if pl[h, c, row] > 0:
                     w = np.float32(np.exp(pm[h, c, row] - mx))

@@ -213,8 +213,12 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
     R = K - 1
     Hv, dv = z.shape[1], z.shape[2]
     xx = np.empty((R + n, C), np.float32)  # [ring; u]: the conv reads rows t..t+R of it
-    xx[:R] = ring
-    xx[R:] = u
+    for t in range(R):  # plain loops: outside a prange an array copy became a parallel launch
+        for c in range(C):
+            xx[t, c] = ring[t, c]
+    for t in range(n):
+        for c in range(C):
+            xx[R + t, c] = u[t, c]
     x = np.empty((n, C), np.float32)
     e = np.empty(C, np.float32)
     bits = np.empty(C, np.int32)
@@ -227,7 +231,9 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             for c in range(C):
                 xt[c] += row[c] * taps[c, j]
         silu_inplace(xt, e, bits)
-    ring_out[:] = xx[n:]  # the last R rows of [ring; u]
+    for t in range(R):  # the last R rows of [ring; u]
+        for c in range(C):
+            ring_out[t, c] = xx[n + t, c]
     inv_sqrt = np.float32(1.0 / np.sqrt(dk))
     for h in prange(Hv):
         kh = h % nk
