@@ -222,14 +222,17 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
     x = np.empty((n, C), np.float32)
     e = np.empty(C, np.float32)
     bits = np.empty(C, np.int32)
+    tk = np.empty((K, C), np.float32)  # the taps tap by tap: contiguous over channels (vector code)
+    for c in range(C):
+        for j in range(K):
+            tk[j, c] = taps[c, j]
     for t in range(n):  # depthwise causal conv, then SiLU; channel loops are vector code
         xt = x[t]
         for c in range(C):
-            xt[c] = xx[t, c] * taps[c, 0]
+            xt[c] = xx[t, c] * tk[0, c]
         for j in range(1, K):
-            row = xx[t + j]
             for c in range(C):
-                xt[c] += row[c] * taps[c, j]
+                xt[c] += xx[t + j, c] * tk[j, c]
         silu_inplace(xt, e, bits)
     for t in range(R):  # the last R rows of [ring; u]
         for c in range(C):

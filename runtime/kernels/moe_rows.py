@@ -126,29 +126,32 @@ def work_items(experts: np.ndarray, n_out: int, run: int) -> tuple[np.ndarray, n
 
 
 @njit(inline="always")
-def _swiglu_row(gate, up, r, out, e, bits):
+def _swiglu_row(gate, up, r, out, v, e, bits):
+    """Row r's slots through scratch v (indexed in place: a view per slot cost more in reference
+    counts than its arithmetic)."""
     f = gate.shape[2]
     for j in range(gate.shape[1]):
-        v = out[r, j]
-        v[:] = gate[r, j]
+        for i in range(f):
+            v[i] = gate[r, j, i]
         silu_inplace(v, e, bits)
         for i in range(f):
-            v[i] = v[i] * up[r, j, i]
+            out[r, j, i] = v[i] * up[r, j, i]
 
 
 @njit(cache=True, nogil=True, fastmath=_FM)  # act.silu's flags: the same bits
 def _swiglu_serial(gate, up, out):
+    v = np.empty(gate.shape[2], np.float32)
     e = np.empty(gate.shape[2], np.float32)
     bits = np.empty(gate.shape[2], np.int32)
     for r in range(gate.shape[0]):
-        _swiglu_row(gate, up, r, out, e, bits)
+        _swiglu_row(gate, up, r, out, v, e, bits)
 
 
 @njit(cache=True, nogil=True, parallel=True, fastmath=_FM)
 def _swiglu_parallel(gate, up, out):
     f = gate.shape[2]
     for r in prange(gate.shape[0]):
-        _swiglu_row(gate, up, r, out, np.empty(f, np.float32), np.empty(f, np.int32))
+        _swiglu_row(gate, up, r, out, np.empty(f, np.float32), np.empty(f, np.float32), np.empty(f, np.int32))
 
 
 def swiglu(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
