@@ -22,13 +22,17 @@ def chunk_bounds(pos0: int, n: int, chunk: int) -> list[tuple[int, int]]:
 
 def segments(pos0: int, n: int, small: int) -> list[tuple[int, int]]:
     """Row ranges of `n` rows at positions pos0.. for the causal layers: cut at multiples of
-    `ALIGN` in absolute positions, runs of pieces over `small` rows joined. Which form computes a
-    row (the few-row kernels or the chunked form) then depends on its aligned piece, not on where
-    the call began, so a continuation from an aligned position computes what a cold pass does."""
+    `ALIGN` in absolute positions, runs of pieces over `small` rows joined, and neighbours of at
+    most `small` rows joined while together they stay within it. Which form computes a row (the
+    few-row kernels or the chunked form) then depends on its aligned piece, not on where the call
+    began, so a continuation from an aligned position computes what a cold pass does; the few-row
+    kernels give a row the same bits in any call, so a block that straddles a cut (half of all
+    commits) runs as one call, not two."""
     cuts = [0, *range(ALIGN - pos0 % ALIGN, n, ALIGN), n]
     out: list[tuple[int, int]] = []
     for a, b in zip(cuts, cuts[1:], strict=False):
-        if out and b - a > small and out[-1][1] - out[-1][0] > small:
+        last = out[-1][1] - out[-1][0] if out else 0
+        if out and ((b - a > small and last > small) or last + b - a <= small):
             out[-1] = (out[-1][0], b)
         elif b > a:
             out.append((a, b))
