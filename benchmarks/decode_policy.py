@@ -95,42 +95,44 @@ def demo_sums(threads: int, n_sums: int, rounds: int, path: Path | None = None) 
     from clover_runtime.chat import load_chat
     from clover_runtime.decoding import DecodeParams
     from clover_runtime.demo import demo_path
-    from clover_runtime.text.reply import Reply, Timings
+    from clover_runtime.text.reply import Reply
 
     chat = load_chat(path or demo_path(), n_ctx=1024, n_threads=threads)
     pairs = demo_corpus.make_corpus(0, arithmetic_pairs=1, repeats=1).held_out_arithmetic
     pairs = pairs[:: max(1, len(pairs) // n_sums)][:n_sums]
 
-    def run(decode: str) -> tuple[list[str], float, float, int]:
-        texts, ms, toks, dg = [], 0.0, 0, 0
-        for a, op, b in pairs:
-            messages = [{"role": "system", "content": demo_corpus.SYSTEM},
-                        {"role": "user", "content": demo_corpus.arithmetic_question(a, op, b)}]
-            out = Reply()
-            for ev in chat.stream(messages, params=DecodeParams(decode=decode, max_tokens=128),
-                                  chat_template_kwargs={"enable_thinking": False}):
-                out.add(ev)
-            texts.append(out.content)
-            ms += out.stats.gen_ms
-            toks += out.stats.generated_tokens
-            dg += out.stats.diffusion_tokens
-        return texts, toks / ms * 1e3, Timings.of(out.stats).tokens_per_forward, dg
+    def one(decode: str, a: int, op: str, b: int) -> tuple[str, float, int, int]:
+        messages = [{"role": "system", "content": demo_corpus.SYSTEM},
+                    {"role": "user", "content": demo_corpus.arithmetic_question(a, op, b)}]
+        out = Reply()
+        for ev in chat.stream(messages, params=DecodeParams(decode=decode, max_tokens=128),
+                              chat_template_kwargs={"enable_thinking": False}):
+            out.add(ev)
+        return out.content, out.stats.gen_ms, out.stats.generated_tokens, out.stats.diffusion_tokens
 
-    run("auto")  # warm-up
+    modes = ("ar", "auto", "diffusion")  # diffusion: every block diffusion's, what auto could reach
+    for a, op, b in pairs[:5]:  # warm-up
+        for mode in modes:
+            one(mode, a, op, b)
     ar_ts, auto_ts, forced_ts, same, dg = [], [], [], True, 0
-    for k in range(rounds):  # alternate which mode runs first, as above
-        if k % 2 == 0:
-            ta, ra, _, _ = run("ar")
-            tb, rb, _, d = run("auto")
-        else:
-            tb, rb, _, d = run("auto")
-            ta, ra, _, _ = run("ar")
-        tc, rc, _, _ = run("diffusion")  # every block diffusion's: what auto could reach
-        ar_ts.append(ra)
-        auto_ts.append(rb)
-        forced_ts.append(rc)
-        same &= ta == tb == tc
-        dg = d
+    for _ in range(rounds):
+        # sum by sum, the modes in turn (their order rotating), so the seconds this shared machine
+        # loses now and then fall on every mode alike
+        texts = {m: [] for m in modes}
+        ms = dict.fromkeys(modes, 0.0)
+        toks = dict.fromkeys(modes, 0)
+        dg = 0
+        for i, (a, op, b) in enumerate(pairs):
+            for mode in modes[i % 3:] + modes[:i % 3]:
+                text, t_ms, n, d = one(mode, a, op, b)
+                texts[mode].append(text)
+                ms[mode] += t_ms
+                toks[mode] += n
+                dg += d if mode == "auto" else 0
+        ar_ts.append(toks["ar"] / ms["ar"] * 1e3)
+        auto_ts.append(toks["auto"] / ms["auto"] * 1e3)
+        forced_ts.append(toks["diffusion"] / ms["diffusion"] * 1e3)
+        same &= texts["ar"] == texts["auto"] == texts["diffusion"]
     ar, auto, forced = statistics.median(ar_ts), statistics.median(auto_ts), statistics.median(forced_ts)
     return {"threads": threads, "sums": len(pairs), "ar": ar, "auto": auto, "ratio": auto / ar, "same": same,
             "diffusion_tokens": dg, "forced": forced / ar}
