@@ -254,13 +254,13 @@ def preview(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state
     if mode == "causal":
         return _causal(w, cfg, L, h, state)[0]
     c = L.clover
-    pr = project(w, cfg, L, h)
-    ring, s = state.gdn(L.index)
-    x, _ = conv(ring, pr.u, L.conv)
     n = h.shape[0]
+    u, z, _, _ = inputs(w, cfg, L, h)  # the clover mixer has no decay or write gate (β, g)
+    ring, s = state.gdn(L.index)
+    x, _ = conv(ring, u, L.conv)
     for j in range(1, c.conv_right.shape[1] + 1):  # column j-1 multiplies row t+j
         if j < n:
-            x[:n - j] += pr.u[j:] * c.conv_right[:, j - 1]
+            x[:n - j] += u[j:] * c.conv_right[:, j - 1]
     q, k, v = split_heads(cfg, silu(x))
     o = clover_mix(q, k, v, s, c.scale, c.hist_bias, c.hist_c)
-    return output(cfg, L, o, pr.z)
+    return output(cfg, L, o, z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim))
