@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("-n", type=int, nargs="+", default=[64, 512])
-    ap.add_argument("--sums", type=int, default=20)
+    ap.add_argument("--sums", type=int, default=20, help="the demo's held-out sums (0: none)")
     ap.add_argument("--coresets", type=int, nargs="*", default=[0, 16, 8], help="0: every expert")
     ap.add_argument("--reveal-ks", type=int, nargs="+", default=[32, 8],
                     help="tokens a forced draft reveals per pass")
@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
             for r in [] if args.demo_only else random_weights(path, t, args.n, args.rounds):
                 print(f"| {t} | {r['n']} | {r['ar']:.2f} | {r['auto']:.2f} | **{r['ratio']:.2f}×** | {r['same']} | "
                       f"{r['diffusion_tokens']:.0f} | {r['note']} |", flush=True)
-            demo.append(demo_sums(t, args.sums, args.rounds, args.demo))
+            if args.sums > 0:
+                demo.append(demo_sums(t, args.sums, args.rounds, args.demo))
             if not args.demo_only:
                 forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds, args.reveal_ks)
     if home is None:
