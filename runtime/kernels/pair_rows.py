@@ -33,7 +33,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q8_0
-from .intdot import INT_GEOMETRY, _prefetch, _x86, activation_rows, row_sums, x86_avx512
+from .gemv_x8 import _join, _lanes
+from .intdot import INT_GEOMETRY, _prefetch, _w32, _x86, activation_rows, row_sums, x86_avx512
 from .simd import _Block, _i64, _literal, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -57,15 +58,6 @@ def pair_form(t: int) -> bool:
     return t in PAIR_TYPES and x86_avx512()
 
 
-def _join(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
-    n = lo.type.count
-    return b.shuffle_vector(lo, hi, ir.Constant(_vec(_I32, 2 * n), list(range(2 * n))))
-
-
-def _lanes(b: ir.IRBuilder, v: ir.Value, idx: list[int]) -> ir.Value:
-    return b.shuffle_vector(v, v, ir.Constant(_vec(_I32, len(idx)), idx))
-
-
 def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
     """acc + (<64 x u8> u times <64 x i8> s, fours summed): <16 x i32>, exact here (no sum nears 2^31)."""
     i32x16 = _vec(_I32, 16)
@@ -81,13 +73,6 @@ def _unsigned(tv: int, k: _Block) -> ir.Value:
     return k.b.shuffle_vector(k.and8(q, 15), k.shr8(q, 4), ir.Constant(_vec(_I32, 32), list(range(32))))
 
 
-def _signed(tv: int, k: _Block) -> ir.Value:
-    """A block's 32 weights as <32 x i8> (`intdot._w32`)."""
-    if tv == Q8_0:
-        return k.bytes(2, 32)
-    return k.b.sub(_unsigned(tv, k), k.const(_I8, [8] * 32))
-
-
 class _Weights:
     """Blocks b of weight rows 2t and 2t+1, prepared once for every activation row."""
 
@@ -98,7 +83,7 @@ class _Weights:
         if vnni():
             self.u = _join(b, _unsigned(tv, k0), _unsigned(tv, k1))
         else:
-            w = _join(b, _signed(tv, k0), _signed(tv, k1))
+            w = _join(b, _w32(tv, k0), _w32(tv, k1))
             self.u = _x86(b, "llvm.abs.v64i8", _vec(_I8, 64), w, ir.Constant(ir.IntType(1), 0))
             self.negative = b.icmp_signed("<", w, ir.Constant(_vec(_I8, 64), [0] * 64))
 
