@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> None:
                 demo.append(demo_sums(t, args.sums, args.rounds, args.demo))
             if not args.demo_only:
                 forced += forced_drafts(path, t, [c or None for c in args.coresets], args.rounds, args.reveal_ks)
+            calibration.flush()  # before its folder goes
     if home is None:
         os.environ.pop("CLOVER_HOME", None)
     else:

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
+import numba
 import numpy as np
 import pytest
 from clover_runtime import load_model
@@ -258,6 +262,7 @@ def _tokens(model, prompt, **kw):  # noqa: ANN001, ANN202
 
 def _write_costs(model, costs: Costs) -> None:  # noqa: ANN001
     """Put a recorded measurement where `--decode auto` reads it (this test session's CLOVER_HOME)."""
+    calibration.flush()  # no earlier reply's write lands over this one
     path = calibration.record_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
@@ -274,6 +279,7 @@ def test_every_mode_writes_what_greedy_ar_writes(tiny, costs: Costs | None, prom
     after the first pass; dear passes that lost, so it starts in AR; cheap passes), greedy auto,
     forced diffusion and AR write the same tokens, and the stats split them by mode."""
     if costs is None:
+        calibration.flush()
         calibration.record_path().unlink(missing_ok=True)
         calibration._memory.clear()
     else:
@@ -338,12 +344,14 @@ def test_verified_sampling_has_ar_s_distribution(tiny) -> None:
 def test_the_costs_record_is_rewritten_when_it_drifts_from_the_file_not_from_the_last_reply(tiny) -> None:
     """Each reply's figures moved 6 % from the last reply's, under the 10 % drift, yet the record was
     rewritten (and fsynced) after every reply; it now changes only once the figures left what it holds."""
+    calibration.flush()
     calibration.record_path().unlink(missing_ok=True)
     calibration._memory.clear()
     calibration._written.clear()
     writes = []
     for k in range(6):
         calibration.update(tiny, Costs(0.01 * 1.06**k, 0.02, 0.5))
+        calibration.flush()
         writes.append(json.loads(calibration.record_path().read_text(encoding="utf-8"))[
             calibration.model_key(tiny)]["step_s"])
     assert writes == pytest.approx([0.01] * 2 + [0.01 * 1.06**2] * 2 + [0.01 * 1.06**4] * 2)
@@ -413,6 +421,26 @@ def test_the_coreset_is_offered_only_where_it_leaves_few_experts_and_kept_only_w
     assert "experts a layer" not in describe(Costs(0.01, 0.071, coreset=0, coreset_share=0.97))
 
 
+def test_a_reply_leaves_the_record_to_the_writer_thread_and_an_exit_still_lands_it(tiny, tmp_path) -> None:
+    """`update` hands the atomic (fsynced) rewrite to a writer thread, so no reply waits on the disk;
+    a process that exits right after its last reply still leaves the record on disk."""
+    home = tmp_path / "home"
+    script = (
+        "from clover_runtime import load_model\n"
+        "from clover_runtime.decoding import calibration\n"
+        "from clover_runtime.decoding.auto import Costs\n"
+        f"m = load_model({str(tiny.file.path)!r}, n_threads=1)\n"
+        "calibration.update(m, Costs(0.01, 0.02, 0.5))\n"
+        "print(calibration.model_key(m))\n"
+    )
+    env = {**os.environ, "CLOVER_HOME": str(home), "NUMBA_CACHE_DIR": numba.config.CACHE_DIR}  # compiled kernels kept
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    record = json.loads((home / "cache" / calibration.FILE_NAME).read_text(encoding="utf-8"))
+    assert record[out.stdout.strip()]["step_s"] == pytest.approx(0.01)
+    assert not list((home / "cache").glob("*.tmp"))  # no temporary file left behind
+
+
 @pytest.fixture(scope="module")
 def many_experts():
     """A small Clover model with 32 experts of which a token routes to 2: a coreset of 4 is offered."""
@@ -427,6 +455,7 @@ def test_auto_measures_the_coreset_once_and_drafts_within_the_one_it_chose(many_
     keeps the verdict in the record; a record that chose a coreset makes every preview pass route
     within it; either way the text is greedy AR's."""
     model = many_experts
+    calibration.flush()
     calibration.record_path().unlink(missing_ok=True)
     calibration._memory.clear()
     calibration._written.clear()
@@ -435,6 +464,7 @@ def test_auto_measures_the_coreset_once_and_drafts_within_the_one_it_chose(many_
     assert auto == ar
     measured = calibration.load(model)
     assert measured is not None and measured.coreset in (0, 4) and measured.coreset_share > 0
+    calibration.flush()
     entry = json.loads(calibration.record_path().read_text(encoding="utf-8"))[calibration.model_key(model)]
     assert entry["coreset"] == measured.coreset and entry["coreset_share"] == measured.coreset_share
 
