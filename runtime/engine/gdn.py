@@ -77,6 +77,21 @@ def split_heads(cfg: ModelConfig, x: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return q, k, np.ascontiguousarray(v)
 
 
+def conv_heads(w: Weights, cfg: ModelConfig, ring: np.ndarray, u: np.ndarray, taps: np.ndarray,
+               right: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """q, k, v (`split_heads` of SiLU(conv)) and the new conv ring for rows u after `ring`; `right`:
+    a block preview's look-ahead taps (column j-1 multiplies row t+j). One compiled call split
+    across the kernel threads where numba imports (`kernels.gdn_inputs`), else numpy passes."""
+    if w.conv_kernel is not None:
+        return w.conv_kernel(u, ring, taps, cfg.ssm_k_heads, cfg.ssm_state, cfg.ssm_v_heads, right)
+    x, new_ring = conv(ring, u, taps)
+    n = u.shape[0]
+    for j in range(1, 0 if right is None else right.shape[1] + 1):
+        if j < n:
+            x[:n - j] += u[j:] * right[:, j - 1]
+    return (*split_heads(cfg, silu(x)), new_ring)
+
+
 def to_value_heads(x: np.ndarray, n_v_heads: int) -> np.ndarray:
     """(n, k_heads, d) -> (n, v_heads, d): value head h reads key head h % k_heads (tiled order)."""
     return x[:, np.arange(n_v_heads) % x.shape[1]]
@@ -184,8 +199,7 @@ def _causal(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state
         return _fused(w, cfg, L, h, state, s_out)
     pr = project(w, cfg, L, h)
     ring, s = state.gdn(L.index)
-    x, new_ring = conv(ring, pr.u, L.conv)
-    q, k, v = split_heads(cfg, silu(x))
+    q, k, v, new_ring = conv_heads(w, cfg, ring, pr.u, L.conv)
     o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out, pos0)
     return output(cfg, L, o, pr.z), new_ring, s_new
 
@@ -257,10 +271,6 @@ def preview(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state
     n = h.shape[0]
     u, z, _, _ = inputs(w, cfg, L, h)  # the clover mixer has no decay or write gate (β, g)
     ring, s = state.gdn(L.index)
-    x, _ = conv(ring, u, L.conv)
-    for j in range(1, c.conv_right.shape[1] + 1):  # column j-1 multiplies row t+j
-        if j < n:
-            x[:n - j] += u[j:] * c.conv_right[:, j - 1]
-    q, k, v = split_heads(cfg, silu(x))
+    q, k, v, _ = conv_heads(w, cfg, ring, u, L.conv, right=c.conv_right)  # column j-1 multiplies row t+j
     o = clover_mix(q, k, v, s, c.scale, c.hist_bias, c.hist_c)
     return output(cfg, L, o, z.reshape(n, cfg.ssm_v_heads, cfg.ssm_v_dim))

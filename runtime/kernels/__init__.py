@@ -3,9 +3,10 @@ chunked Gated DeltaNet used for prefill and its token-by-token form for decode."
 
 from .attention import attend_cache
 from .gdn import gdn_chunked, gdn_mixer, gdn_recurrent
+from .gdn_inputs import conv_heads
 from .jit import default_threads, kernel_cache_dir, set_threads
 from .matmul import Matrices, Routes, matmul, moe_matmul, prepare
 from .q8 import quantize_rows
 
-__all__ = ["Matrices", "Routes", "attend_cache", "default_threads", "gdn_chunked", "gdn_mixer", "gdn_recurrent",
-           "kernel_cache_dir", "matmul", "moe_matmul", "prepare", "quantize_rows", "set_threads"]
+__all__ = ["Matrices", "Routes", "attend_cache", "conv_heads", "default_threads", "gdn_chunked", "gdn_mixer",
+           "gdn_recurrent", "kernel_cache_dir", "matmul", "moe_matmul", "prepare", "quantize_rows", "set_threads"]
