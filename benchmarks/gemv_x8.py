@@ -7,14 +7,16 @@ the same bits, so the text is not compared. Prints the median ms a token of each
 
     python benchmarks/gemv_x8.py FILE [--threads 1 2] [-n 16]
 
-The runtime itself uses the eight-row pass (Q4_K, Q5_K) only at one thread (`matmul.X8_MAX_THREADS`); this script
-lifts that limit to show why.
+The runtime uses the eight-row pass (Q4_K, Q5_K) where its own quick measurement at startup finds
+it faster (`kernels.x8_choice`, printed here beside the step timings); this script forces each
+pass in turn (CLOVER_X8=on, then each matrix's `x8` switch) to show the whole step.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import statistics
 import sys
 import time
@@ -27,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clover_runtime import load_model  # noqa: E402
 from clover_runtime.kernels import set_threads  # noqa: E402
 
-kernel_matmul = importlib.import_module("clover_runtime.kernels.matmul")  # the module: `kernels.matmul` is a function
+kernel_matmul = importlib.import_module("clover_runtime.kernels.matmul")
+x8_choice = importlib.import_module("clover_runtime.kernels.x8_choice")  # the module: `kernels.matmul` is a function
 
 
 def _matrices(model) -> list:
@@ -39,13 +42,13 @@ def run(path: str, threads: int, n: int) -> tuple[float, float]:
     model = load_model(path, n_threads=threads)
     set_threads(threads)
     mats = [m for m in _matrices(model) if m.x8]
-    limit = kernel_matmul.X8_MAX_THREADS
+    before = os.environ.get("CLOVER_X8")
     state = model.new_state(n_ctx=1024)
     rng = np.random.default_rng(0)
     model.forward(rng.integers(0, 1000, 16), state=state, last_only=True)
     times: dict[bool, list[float]] = {True: [], False: []}
     try:
-        kernel_matmul.X8_MAX_THREADS = threads  # the pass as each matrix is set, at any thread count
+        os.environ["CLOVER_X8"] = "on"  # the pass as each matrix is set, whatever the measurement chose
         for i in range(n + 2):
             for on in (True, False):
                 for m in mats:
@@ -55,7 +58,10 @@ def run(path: str, threads: int, n: int) -> tuple[float, float]:
                 if i >= 2:  # the first two tokens of each form warm it up
                     times[on].append(time.perf_counter() - t0)
     finally:
-        kernel_matmul.X8_MAX_THREADS = limit
+        if before is None:
+            os.environ.pop("CLOVER_X8", None)
+        else:
+            os.environ["CLOVER_X8"] = before
         model.close()
     return statistics.median(times[True]), statistics.median(times[False])
 
@@ -66,11 +72,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("-n", type=int, default=16, help="tokens of each form")
     args = ap.parse_args()
-    print("| threads | eight-row pass (ms a token) | one-row pass | speed-up |")
-    print("|---|---|---|---|")
+    print("| threads | eight-row pass (ms a token) | one-row pass | speed-up | startup measurement: eight-row / "
+          "one-row ms (66 MB Q4_K) | the runtime's choice |")
+    print("|---|---|---|---|---|---|")
     for t in args.threads:
         x8, one = run(args.file, t, args.n)
-        print(f"| {t} | {1e3 * x8:.2f} | {1e3 * one:.2f} | **{one / x8:.2f}x** |", flush=True)
+        set_threads(t)
+        m8, m1 = x8_choice.measure()
+        chosen = "eight-row" if m8 <= x8_choice.MARGIN * m1 else "one-row"
+        print(f"| {t} | {1e3 * x8:.2f} | {1e3 * one:.2f} | **{one / x8:.2f}x** | {1e3 * m8:.2f} / {1e3 * m1:.2f} | "
+              f"{chosen} |", flush=True)
 
 
 if __name__ == "__main__":

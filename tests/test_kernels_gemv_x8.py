@@ -2,9 +2,10 @@
 row the bits of the one-row pass, so a token decoded alone rounds as it does inside a verified
 block's commit; and both stay within quantization error of the float formulation.
 
-A row alone at one thread takes the eight-row pass (Q4_K and Q5_K on AVX-512BW hosts;
-`Matrices._x8`); the same row in a batch of two takes `idot_rows`' two-row pass, whose bits equal
-its one-row pass (tests/test_kernels_int.py). At two threads both take the row passes.
+A row alone takes the eight-row pass (Q4_K and Q5_K on AVX-512BW hosts, where it measured faster
+on this machine: `Matrices._x8`, `kernels.x8_choice`; forced here with CLOVER_X8=on); the same
+row in a batch of two takes `idot_rows`' two-row pass, whose bits equal its one-row pass
+(tests/test_kernels_int.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from gguf.constants import GGMLQuantizationType as T
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request):
+def threads(request, monkeypatch):
+    monkeypatch.setenv("CLOVER_X8", "on")  # the eight-row pass wherever the type has it
     set_threads(request.param)
     yield request.param
     set_threads(None)
@@ -60,16 +62,31 @@ def test_expert_rows_alone_have_their_bits_in_a_batch(threads, t):
         assert np.array_equal(alone, y[i])
 
 
-def test_k_quants_take_the_eight_row_form_at_one_thread_on_avx512_hosts():
+def test_k_quants_take_the_eight_row_form_where_it_measured_faster(monkeypatch):
+    """The eight-row pass is offered for Q4_K and Q5_K on AVX-512 hosts and taken where this
+    machine's startup measurement found it faster at the thread count (or CLOVER_X8 says)."""
+    from clover_runtime.kernels import x8_choice
     from clover_runtime.kernels.intdot import x86_avx512
 
     assert fused_form(T.Q4_K) == fused_form(T.Q5_K) == x86_avx512()
     assert not fused_form(T.Q6_K)
     _, m = _matrix(np.random.default_rng(0), T.Q4_K, 16, 256)
-    set_threads(1)
     try:
-        assert m._x8() == x86_avx512()
-        set_threads(2)
-        assert not m._x8()
+        for n in (1, 2):
+            set_threads(n)
+            monkeypatch.delenv("CLOVER_X8", raising=False)
+            measured = m._x8()
+            assert measured == (x86_avx512() and x8_choice._choice[n])  # kept per thread count
+            monkeypatch.setenv("CLOVER_X8", "on")
+            assert m._x8() == x86_avx512()
+            monkeypatch.setenv("CLOVER_X8", "off")
+            assert not m._x8()
     finally:
         set_threads(None)
+
+
+def test_the_startup_measurement_times_both_passes():
+    from clover_runtime.kernels import x8_choice
+
+    eight, one = x8_choice.measure(rounds=1)
+    assert eight > 0 and one > 0

@@ -39,6 +39,7 @@ from .jit import current_threads, njit, prange
 from .moe_rows import group, work_items
 from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
+from .x8_choice import x8_pays
 
 BLAS_ROWS = 16  # activation rows from which decode + sgemm beats the fused kernel
 _TILE_BYTES = 1 << 20  # float32 bytes of one decoded tile of weight rows
@@ -325,12 +326,10 @@ class Matrices:
                             starts, item_e, row0, row1, dest, y)
 
     def _x8(self) -> bool:
-        """Whether one activation row takes the eight-row pass (`gemv_x8`): measured on the 8-layer
-        real-shape Q4_K file, a decode step is 1.17-1.20x faster with it at one thread, where the
-        kernels are bound by instructions, and 0.85-0.92x at two, where they are bound by memory
-        and the one-row pass's two sequential streams read it faster than sixteen row streams.
-        Either way the bits are the same."""
-        return self.x8 and current_threads() <= X8_MAX_THREADS
+        """Whether one activation row takes the eight-row pass (`gemv_x8`): where this type has it
+        and it measured faster on this machine at this thread count (`x8_choice`). Either way
+        the bits are the same."""
+        return self.x8 and x8_pays()
 
     def _items(self, experts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if len(experts) != 1 or experts[0] != 0:
@@ -437,7 +436,6 @@ class Routes:
 
 
 _EXPERT_0 = np.zeros(1, np.int64)
-X8_MAX_THREADS = 1  # the most kernel threads at which one activation row takes the eight-row pass (`_x8`)
 
 
 @functools.lru_cache(maxsize=64)
