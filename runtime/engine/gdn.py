@@ -81,7 +81,13 @@ def conv_heads(w: Weights, cfg: ModelConfig, ring: np.ndarray, u: np.ndarray, ta
                right: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """q, k, v (`split_heads` of SiLU(conv)) and the new conv ring for rows u after `ring`; `right`:
     a block preview's look-ahead taps (column j-1 multiplies row t+j). One compiled call split
-    across the kernel threads where numba imports (`kernels.gdn_inputs`), else numpy passes."""
+    across the kernel threads where numba imports (`kernels.gdn_inputs`), else numpy passes.
+    Previews only, for now. In a causal prefill (6-7 % faster pp512 on the real shape) its
+    rounding made tests/test_prompt_cache_exact.py fail: there a continuation computes its last
+    prompt row with the few-row kernels and the cold forward it is compared with computes that
+    row inside a 38-row chunk; the two always differed by round-off (1.9e-6 in the logits), and
+    with this form's round-off a near-tie in that row's expert routing flipped (0.065). The
+    outputs themselves agree with the numpy form to 5e-7."""
     if w.conv_kernel is not None:
         return w.conv_kernel(u, ring, taps, cfg.ssm_k_heads, cfg.ssm_state, cfg.ssm_v_heads, right)
     x, new_ring = conv(ring, u, taps)
@@ -199,7 +205,8 @@ def _causal(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state
         return _fused(w, cfg, L, h, state, s_out)
     pr = project(w, cfg, L, h)
     ring, s = state.gdn(L.index)
-    q, k, v, new_ring = conv_heads(w, cfg, ring, pr.u, L.conv)
+    x, new_ring = conv(ring, pr.u, L.conv)  # numpy passes: see `conv_heads`
+    q, k, v = split_heads(cfg, silu(x))
     o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out, pos0)
     return output(cfg, L, o, pr.z), new_ring, s_new
 

@@ -2,13 +2,14 @@
 conv over [ring; u] (plus a block preview's look-ahead taps), SiLU, and the split into q and k,
 L2-normed per head (q also scaled by 1/sqrt(k_dim)), and v.
 
-In numpy these were ~15 passes over (rows x conv_dim) arrays on the calling thread only: a
-512-row prefill of the real shape (conv_dim 8192) spent tens of milliseconds a GDN layer there
-while the other kernel threads waited, and a 32-row block preview of the demo ~0.1 ms a layer in
-call overhead. Here every row is one work item (its conv, SiLU and norms), split across the
-kernel threads. Few rows (a decode step, a commit) keep `gdn.gdn_mixer`, which rounds as one-row
-steps must; this form serves prefill and previews, which are checked against the numpy form to
-float32 round-off (tests/test_kernels_gdn_inputs.py).
+In numpy these were ~15 passes over (rows x conv_dim) arrays on the calling thread: a 32-row
+block preview of the demo spent ~0.1 ms a layer there in call overhead. Here every row is one work
+item (its conv, SiLU and norms), split across the kernel threads. Block previews use it; a causal
+prefill keeps the numpy passes for now (with this form a 512-row prefill of the real shape ran
+6-7 % faster, but its rounding moved a random-weight test model's last prompt row across a
+routing tie: see `engine.gdn.conv_heads`), and few rows (a decode step, a commit) keep
+`gdn.gdn_mixer`, which rounds as one-row steps must. Checked against a float64 reference of the
+formulas (tests/test_kernels_gdn_inputs.py).
 """
 
 from __future__ import annotations
