@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clover_runtime import load_model  # noqa: E402
 from clover_runtime.kernels import set_threads  # noqa: E402
 
-kernel_matmul = importlib.import_module("clover_runtime.kernels.matmul")
-x8_choice = importlib.import_module("clover_runtime.kernels.x8_choice")  # the module: `kernels.matmul` is a function
+kernel_matmul = importlib.import_module("clover_runtime.kernels.matmul")  # the module: `kernels.matmul` is a function
+x8_choice = importlib.import_module("clover_runtime.kernels.x8_choice")
 
 
 def _matrices(model) -> list:

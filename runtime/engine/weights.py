@@ -87,7 +87,7 @@ class Weights:
         self.gdn_step_kernel = None  # its token-by-token form for a few rows (kernels.gdn_recurrent)
         self.gdn_mixer_kernel = None  # a few rows' whole mixer between the projections (kernels.gdn_mixer)
         self.attention_kernel = None  # a few rows' attention over the KV cache (kernels.attend_cache)
-        self.conv_kernel = None  # many rows' GDN conv, SiLU and q/k norms (kernels.conv_heads)
+        self.conv_kernel = None  # a block preview's GDN conv, SiLU and q/k norms (kernels.conv_heads)
         self._bound: dict[str, object] = {}  # tensor name -> kernels.Matrices (numba backend)
         self._fused: dict[tuple[str, ...], object] = {}  # names -> kernels.Matrices of their rows together
         self._members: set[str] = set()  # the names in `_fused`'s groups
