@@ -308,11 +308,13 @@ def _block(tv: int, k: _Block, rows, accs, col, blk):
     return _blk_q45k(tv, k, rows, accs, col, blk)
 
 
-def _prefetch(b: ir.IRBuilder, p: ir.Value) -> None:
-    """Ask for the cache line at p (read, keep in all levels): see PREFETCH_BYTES."""
+def _prefetch(b: ir.IRBuilder, p: ir.Value, locality: int = 3) -> None:
+    """Ask for the cache line at p (read; locality 3 keeps it in every level, `prefetcht0`; 2 and 1
+    stop at L2 on x86): see PREFETCH_BYTES."""
     fnty = ir.FunctionType(ir.VoidType(), [_I8.as_pointer(), _I32, _I32, _I32])
     fn = cgutils.get_or_insert_function(b.module, fnty, "llvm.prefetch.p0i8")
-    b.call(fn, [b.bitcast(p, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+    b.call(fn, [b.bitcast(p, _I8.as_pointer()), ir.Constant(_I32, 0), ir.Constant(_I32, locality),
+                ir.Constant(_I32, 1)])
 
 
 def row_sums(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, nb_v: ir.Value,
