@@ -250,7 +250,8 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
         gz = np.empty(dv, np.float32)
         ez = np.empty(dv, np.float32)
         bz = np.empty(dv, np.int32)
-        work = np.empty((2, dk, dv), np.float32)
+        work = np.empty((min(n - 1, 2), dk, dv), np.float32)  # the steps before the last
+        row_new = np.empty(dv, np.float32)
         for t in range(n):
             for i in range(dk):
                 q[i] = x[t, kh * dk + i]
@@ -288,21 +289,30 @@ def _gdn_mixer(u, ring, taps, z, b, a, dt_bias, ssm_a, S_in, S_out, ring_out, no
             ms = np.float32(0.0)
             for c in range(dv):
                 ms += o[c] * o[c]
-            nxt = work[t % 2]  # never src's memory: an update in place was compiled to scalar code
-            for i in range(dk):
-                ki = k[i]
-                rs = src[i]
-                rd = nxt[i]
-                for c in range(dv):
-                    rd[c] = decay * rs[c] + ki * sa[c]
-            src = nxt
+            if t == n - 1:  # the last step writes the new state where it belongs, a row at a time
+                for i in range(dk):
+                    ki = k[i]
+                    rs = src[i]
+                    for c in range(dv):  # never into src's memory: in place was compiled to scalar code
+                        row_new[c] = decay * rs[c] + ki * sa[c]
+                    rd = dst[i]
+                    for c in range(dv):
+                        rd[c] = row_new[c]
+            else:
+                nxt = work[t % 2]
+                for i in range(dk):
+                    ki = k[i]
+                    rs = src[i]
+                    rd = nxt[i]
+                    for c in range(dv):
+                        rd[c] = decay * rs[c] + ki * sa[c]
+                src = nxt
             r = np.float32(1.0) / np.float32(np.sqrt(ms / dv + eps))
             for c in range(dv):
                 gz[c] = z[t, h, c]
             silu_inplace(gz, ez, bz)
             for c in range(dv):
                 y[t, h * dv + c] = o[c] * r * norm_w[c] * gz[c]
-        dst[:] = src
 
 
 def gdn_mixer(u: np.ndarray, ring: np.ndarray, taps: np.ndarray, z: np.ndarray, b: np.ndarray,
