@@ -41,6 +41,25 @@ def test_cache_attention_matches_softmax(n, m, threads):
     assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_has_its_bits_alone_and_among_rows(threads):
+    """Each row's scores and weighted values are summed in position order whatever rows share the
+    call and wherever its length cuts a tile of positions (a verified commit rounds as AR does)."""
+    rng = np.random.default_rng(7)
+    K = rng.standard_normal((2, 400, 64)).astype(np.float32)
+    V = rng.standard_normal((2, 400, 32)).astype(np.float32)
+    q = rng.standard_normal((3, 8, 64)).astype(np.float32)
+    limits = np.array([63, 130, 257])  # inside the first tile, past the second, one past the fifth
+    kernels.set_threads(threads)
+    try:
+        together = kernels.attend_cache(q, K, V, limits)
+        for r in range(3):
+            alone = kernels.attend_cache(q[r:r + 1], K, V, limits[r:r + 1])
+            assert np.array_equal(alone[0], together[r]), r
+    finally:
+        kernels.set_threads(None)
+
+
 def test_a_row_seeing_nothing_gets_zeros_and_bad_inputs_are_refused():
     K = np.ones((1, 8, 4), np.float32)
     V = np.ones((1, 8, 4), np.float32)
