@@ -89,7 +89,8 @@ def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, star
             if x8 and rend - rt == 1:  # one activation row (a decode step): eight weight rows a pass
                 d = dest[s0 + rt]
                 while o1 - o0 >= ROWS:
-                    v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0 + rt)
+                    v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, (e + 1) * expert_bytes, xq, xd, xs,
+                                s0 + rt)
                     for j in range(ROWS):
                         yg[d, o0 + j] = v[j]
                     o0 += ROWS
