@@ -40,11 +40,14 @@ INT_ROWS = (8, 4, 2, 1)  # activation rows per weight-row pass (the weights' vec
 # How far ahead of the block being multiplied its weight stream is prefetched. A decode step reads
 # every weight once, from DRAM, and the hardware prefetcher alone kept a 2-thread step's 590 KB
 # experts at ~31 GMAC/s against ~44 with a 2 KB hint (and the 248K-row head ~12 % faster). One
-# thread has fewer misses in flight, so it needs the lines asked for earlier: the 8-layer
-# real-shape decode at 1 thread took 25.3-26.8 ms a token at 2 KB, 23.5-26.0 at 4 KB, 23.9-25.5
-# at 8 KB (2 threads: 14.7-15.6, 14.1-15.2, 14.8-20.1). A prefetch past a matrix's end reads a
-# line nobody uses, which is harmless.
-PREFETCH_BYTES = 4096
+# thread has fewer misses in flight, so it needs the lines asked for earlier: 4 KB ahead on the
+# Sapphire Rapids VM (the 8-layer decode at 1 thread 25.3-26.8 ms a token at 2 KB, 23.5-26.0 at
+# 4 KB). On a Zen 4, 32 KB ahead into L2 (`prefetcht1`) read a 209 MB Q6_K matrix at 27-28 GB/s at
+# one thread against 25-26 at 4 KB into L1, and the 8-layer Q4_K_M decode took 34-35 ms a token
+# against 36 (2 threads: 20-21 against 21-26); pp512 moved by under 2 %. The prefetches past a
+# matrix's end read up to 32 KB nobody uses (4 % of a Q6_K expert's down rows); the one-row pass
+# does not know where its matrix ends, and the eight-row pass, which does, stops there.
+PREFETCH_BYTES = 32768
 
 
 @functools.cache
@@ -335,7 +338,7 @@ def row_sums(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value
             blk_i = b.add(first, ir.Constant(_I64, u))
             ptr = b.gep(raw_data, [b.add(p0, b.mul(blk_i, ir.Constant(_I64, tsize)))])
             for line in range(0, tsize, 64):
-                _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]))
+                _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]), 2)
             ptrs.append(ptr)
             cols.append(b.mul(blk_i, ir.Constant(_I64, blk_w)))
             blks.append(blk_i)
