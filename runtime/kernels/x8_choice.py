@@ -5,8 +5,9 @@ The eight-row pass needs fewer instructions per weight (47 against ~75 for a Q4_
 AVX-512), so where one thread is bound by instructions it pays: a decode step 1.17-1.20x faster
 on the VM where it was written. On an AMD EPYC of family 25, model 17 (Zen 4, whose 512-bit
 shuffles take two passes through 256-bit units) the same pass first made a step 0.70x as fast:
-its prefetches went into L1 there. With them stopping at L2 it takes 0.81-0.83x the one-row
-pass's time on this measurement at one thread and 0.77-0.80x at two. Both passes give the
+its prefetches went into L1 there. With them stopping at L2, 32 KB ahead, it takes 0.71x the
+one-row pass's time on this measurement at one thread and 0.93x at two (a decode step 1.29x and
+1.02x faster). Both passes give the
 same bits, so the choice is only about speed: the first decode step at a thread count times both
 on a 66 MB Q4_K matrix (past the last-level cache, as a step's weights are), alternating, and
 keeps the eight-row pass only where it is at least 3 % faster (~0.1 s, once per process and
