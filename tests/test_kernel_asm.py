@@ -29,7 +29,7 @@ def test_integer_kernels_use_the_avx2_multiply_adds_on_this_host() -> None:
     wide = "zmm" if x86_avx512() else "ymm"  # two (sub-)blocks per 512-bit multiply-add
     for line in host.values():
         assert f"`vpmaddubsw/{wide}`" in line and f"`vpmaddwd/{wide}`" in line and "`vcvtdq2ps/ymm`" in line
-        assert "`prefetcht0`" in line  # the weight stream is fetched ahead (intdot.PREFETCH_BYTES)
+        assert "`prefetcht1`" in line  # the weight stream is fetched ahead into L2 (intdot.PREFETCH_BYTES)
         if not vnni:  # on a VNNI host LLVM may fuse vpmaddwd and its add into vpdpwssd
             assert "vpdp" not in line
     assert "`vpsignb/ymm`" in host["Q8_0"]  # signed weights: the sign trick before vpmaddubsw
