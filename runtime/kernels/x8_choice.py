@@ -7,12 +7,11 @@ on the VM where it was written. On an AMD EPYC of family 25, model 17 (Zen 4, wh
 shuffles take two passes through 256-bit units) the same pass first made a step 0.70x as fast:
 its prefetches went into L1 there. With them stopping at L2, 32 KB ahead, it takes 0.71x the
 one-row pass's time on this measurement at one thread and 0.93x at two (a decode step 1.29x and
-1.02x faster). Both passes give the
-same bits, so the choice is only about speed: the first decode step at a thread count times both
-on a 66 MB Q4_K matrix (past the last-level cache, as a step's weights are), alternating, and
-keeps the eight-row pass only where it is at least 3 % faster (~0.1 s, once per process and
-thread count; a record on disk could outlive the host a VM runs on). `CLOVER_X8=on` or `off`
-skips the measurement.
+1.02x faster). Both passes give the same bits, so the choice is only about speed: the first
+decode step at a thread count times both on a 66 MB Q4_K matrix (past the last-level cache, as a
+step's weights are), alternating, and keeps the eight-row pass only where it is at least 3 %
+faster (~0.1 s, once per process and thread count; a record on disk could outlive the host a VM
+runs on). `CLOVER_X8=on` or `off` skips the measurement.
 """
 
 from __future__ import annotations
