@@ -90,3 +90,27 @@ def test_the_startup_measurement_times_both_passes():
 
     eight, one = x8_choice.measure(rounds=1)
     assert eight > 0 and one > 0
+
+
+def test_prefetches_near_an_experts_end_go_to_the_next_expert_read():
+    """The eight-row pass asks for the lines of the rows a thread reads next once its prefetches
+    reach its expert's end: the first item of the next expert in the work list, only from the
+    items whose prefetches can reach that end, and nowhere after the last expert."""
+    from clover_runtime.kernels.gemv_x8 import LEAD_BYTES, ROWS
+    from clover_runtime.kernels.intmatmul import _next_rows
+    from clover_runtime.kernels.moe_rows import work_items
+
+    rb, n_out = 288, 2048  # an expert's 512-wide down rows: 576 KB an expert
+    expert_bytes = rb * n_out
+    experts = np.array([3, 7, 5], np.int64)
+    item_e, row0, row1 = work_items(experts, n_out, 64)
+    then = [_next_rows(item_e, row0, row1, it, expert_bytes, rb) for it in range(len(item_e))]
+    for it, got in enumerate(then):
+        e = int(item_e[it])
+        reaches = expert_bytes - int(row1[it]) * rb <= LEAD_BYTES + 2 * ROWS * rb
+        if not reaches or e == experts[-1]:
+            assert got == -1
+        else:
+            following = experts[list(experts).index(e) + 1]
+            assert got == following * expert_bytes  # that expert's first row
+    assert sum(g >= 0 for g in then) >= 2  # some items of each of the first two experts look ahead

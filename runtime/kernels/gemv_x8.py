@@ -127,7 +127,7 @@ X8_TYPES = (Q4_K, Q5_K)
 
 
 def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[ir.Value], rb_v: ir.Value,
-           nb_v: ir.Value, end_v: ir.Value, row) -> list[ir.Value]:
+           nb_v: ir.Value, end_v: ir.Value, then_v: ir.Value, size_v: ir.Value, row) -> list[ir.Value]:
     """Eight rows of type tv (byte offsets `starts`, `rb_v` bytes apart) dotted with one activation
     row, two rows a register. While it reads block b of its eight rows it asks for block b of the
     eight rows LEAD_BYTES or more ahead as consecutive lines, so the memory sees one sequential
@@ -135,7 +135,9 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
     already reading and left the next pass cold (Q4_K at 1 thread: 1.11x the one-row pass, 1.17x
     this way). The lines stop at L2 (`prefetcht1`): on a Zen 4 the same requests into L1
     (`prefetcht0`, 18 a block) halved the pass's speed from DRAM (10 against 20 GB/s at 1
-    thread), while the one-row pass, with 3 a block, is unchanged by either."""
+    thread), while the one-row pass, with 3 a block, is unchanged by either. Near the matrix's
+    end the lines asked for are those of the rows read next (`then`, the next expert's), so an
+    expert's first 32 KB are not read cold."""
     tsize = INT_GEOMETRY[tv][0]
     f16 = _vec(_F32, 16)
     slots = [cgutils.alloca_once(b, f16) for _ in range(ROWS // 2)]
@@ -149,9 +151,15 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
         col = b.mul(blk, ir.Constant(_I64, 256))
         blocks = [_Block(b, b.gep(raw_data, [b.add(p0, b.mul(blk, ir.Constant(_I64, tsize)))])) for p0 in starts]
         nxt = b.add(b.add(starts[0], lead), b.mul(blk, ir.Constant(_I64, ROWS * tsize)))
-        with b.if_then(b.icmp_signed("<=", b.add(nxt, ir.Constant(_I64, ROWS * tsize)), end_v)):
+        span = ir.Constant(_I64, ROWS * tsize)
+        inside = b.icmp_signed("<=", b.add(nxt, span), end_v)
+        beyond = b.add(then_v, b.sub(nxt, end_v))  # the same distance into the rows read next
+        onward = b.and_(b.icmp_signed(">=", then_v, ir.Constant(_I64, 0)),
+                        b.icmp_signed("<=", b.add(beyond, span), size_v))
+        at = b.select(inside, nxt, beyond)
+        with b.if_then(b.or_(inside, onward)):
             for line in range(0, ROWS * tsize, 64):
-                _prefetch(b, b.gep(raw_data, [b.add(nxt, ir.Constant(_I64, line))]), 2)
+                _prefetch(b, b.gep(raw_data, [b.add(at, ir.Constant(_I64, line))]), 2)
         xs = []
         for j in range(8):
             x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
@@ -171,23 +179,26 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
 
 
 @intrinsic
-def idot_x8(typingctx, t, raw, p0, row_bytes, n_blocks, end, xq, xd, xs, x_row):
+def idot_x8(typingctx, t, raw, p0, row_bytes, n_blocks, end, then, xq, xd, xs, x_row):
     """Eight consecutive weight rows of type `t` (the first at byte p0 of raw, each `row_bytes`
     long, `n_blocks` blocks) dotted with the 8-bit activation row x_row: eight float32, each with
     the bits `idot_rows` gives that row. `end`: the byte where the rows' matrix ends (no line
-    past it is prefetched: an expert's successor in the file is seldom the next one used)."""
+    past it is prefetched: an expert's successor in the file is seldom the next one used);
+    `then`: the byte where the rows read after it begin (the next expert's), whose lines are
+    asked for instead, or -1."""
     tv = _literal(t)
     if tv not in INT_GEOMETRY:
         return None
-    sig = types.UniTuple(types.float32, ROWS)(t, raw, p0, row_bytes, n_blocks, end, xq, xd, xs, x_row)
+    sig = types.UniTuple(types.float32, ROWS)(t, raw, p0, row_bytes, n_blocks, end, then, xq, xd, xs, x_row)
 
     def codegen(context, b, signature, args):
         raw_a = context.make_array(signature.args[1])(context, b, args[1])
-        p0_v, rb_v, nb_v, end_v, r_v = (_i64(context, b, args[i], signature.args[i]) for i in (2, 3, 4, 5, 9))
-        row = activation_rows(context, b, signature, args, 6, r_v, 1)[0]
+        p0_v, rb_v, nb_v, end_v, then_v, r_v = (_i64(context, b, args[i], signature.args[i])
+                                                for i in (2, 3, 4, 5, 6, 10))
+        row = activation_rows(context, b, signature, args, 7, r_v, 1)[0]
         starts = [b.add(p0_v, b.mul(rb_v, ir.Constant(_I64, j))) for j in range(ROWS)]
         if fused_form(tv):
-            sums = _pairs(context, b, tv, raw_a.data, starts, rb_v, nb_v, end_v, row)
+            sums = _pairs(context, b, tv, raw_a.data, starts, rb_v, nb_v, end_v, then_v, raw_a.nitems, row)
         else:
             sums = [row_sums(context, b, tv, raw_a.data, p, nb_v, [row])[0] for p in starts]
         return context.make_tuple(b, signature.return_type, sums)

@@ -15,7 +15,7 @@ time, two a register (`pair_rows`), with the same bits.
 from __future__ import annotations
 
 from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
-from .gemv_x8 import ROWS, idot_x8
+from .gemv_x8 import LEAD_BYTES, ROWS, idot_x8
 from .intdot import INT_GEOMETRY, idot_rows
 from .jit import njit, prange
 from .pair_rows import idot_pair
@@ -75,6 +75,20 @@ def _weight_rows(t, w, raw, p, rb, n_blocks, xq, xd, xs, s0, rt, rend, o, dest, 
 
 
 @njit(inline="always")
+def _next_rows(item_expert, item_row0, item_row1, it, expert_bytes, rb):
+    """The byte where the first later work item of another expert begins (the rows a thread
+    reads after this expert's, in prange's order), or -1: where the eight-row pass's prefetches
+    go once they reach its expert's end. Only items whose prefetches can reach it look."""
+    if expert_bytes - item_row1[it] * rb > LEAD_BYTES + 2 * ROWS * rb:
+        return -1
+    e = item_expert[it]
+    for nx in range(it + 1, item_expert.shape[0]):
+        if item_expert[nx] != e:
+            return item_expert[nx] * expert_bytes + item_row0[nx] * rb
+    return -1
+
+
+@njit(inline="always")
 def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, starts, item_expert, item_row0,
               item_row1, dest, yg):
     rb = n_blocks * tsize
@@ -88,9 +102,10 @@ def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, star
             o1 = item_row1[it]
             if x8 and rend - rt == 1:  # one activation row (a decode step): eight weight rows a pass
                 d = dest[s0 + rt]
+                then = _next_rows(item_expert, item_row0, item_row1, it, expert_bytes, rb)
                 while o1 - o0 >= ROWS:
-                    v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, (e + 1) * expert_bytes, xq, xd, xs,
-                                s0 + rt)
+                    v = idot_x8(t, raw, e * expert_bytes + o0 * rb, rb, n_blocks, (e + 1) * expert_bytes, then, xq, xd,
+                                xs, s0 + rt)
                     for j in range(ROWS):
                         yg[d, o0 + j] = v[j]
                     o0 += ROWS
