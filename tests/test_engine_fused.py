@@ -1,7 +1,9 @@
 """Tensors that multiply the same input read into one matrix at load (`Weights.fuse`): gate and up
 of the experts and of the shared expert, a GDN layer's four input projections (or the three that
 share a type beside a Q5_K qkv). The products give the bits of the separate ones, each tensor is
-read once, and a mapped file fuses nothing (a second copy would cost the RAM the mapping saves)."""
+read once, and a mapped file fuses nothing (a second copy would cost the RAM the mapping saves).
+A fused model's decode rows take the one-call MoE (`kernels.moe_step`), a mapped one's the
+step-by-step path: the same bits."""
 
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ def test_fused_products_give_the_separate_ones_bits(quant: str) -> None:
         assert expected <= {n for g in groups for n in g}
         L = fused.layers[gdn]
         assert L.moe.gate is None and L.moe.gate_up is not None and L.moe.shared_gate_up is not None
+        # a decode row's MoE in one compiled call where gate and up are one matrix, step by step where not
+        assert fused.weights.moe_step(L.moe, cfg.n_expert_used) is not None
+        assert mapped.weights.moe_step(mapped.layers[gdn].moe, cfg.n_expert_used) is None
         if fused.weights.info(f"blk.{gdn}.attn_qkv.weight").ggml_type == fused.weights.info(
                 f"blk.{gdn}.attn_gate.weight").ggml_type:
             assert len(L.inputs) == 1 and L.qkv is None

@@ -104,7 +104,13 @@ def shared_products(w: Weights, m: MoE, h: np.ndarray) -> np.ndarray | None:
 def moe(w: Weights, cfg: ModelConfig, m: MoE, h: np.ndarray,
         coreset_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The layer's MoE output (n, hidden) and the distinct experts it used:
-    Σ_j weight_j · expert_j(h) + σ(h · shared_gate_inp) · shared(h)."""
+    Σ_j weight_j · expert_j(h) + σ(h · shared_gate_inp) · shared(h). A decode row takes one
+    compiled call after its router (`Weights.moe_step`) where the layer's matrices allow: the
+    same steps, the same bits."""
+    if coreset_size is None and h.shape[0] == 1:
+        step = w.moe_step(m, cfg.n_expert_used)
+        if step is not None:
+            return step.run(np.ascontiguousarray(h, np.float32), np.ascontiguousarray(m.router.matmul(h), np.float32))
     routing = route(w, cfg, m, h, coreset_size)
     down = experts(w, cfg, m, h, routing)
     shared = shared_products(w, m, h)

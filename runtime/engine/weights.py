@@ -31,6 +31,7 @@ from ..quants.formats import F32
 
 if TYPE_CHECKING:
     from ..torch_backend.group import DeviceGroup
+    from .layers import MoE
 
 BACKENDS = ("auto", "numpy", "numba")
 DEFAULT_CACHE_BYTES = 512 << 20  # numpy backend: dequantized dense matrices kept between calls
@@ -114,6 +115,7 @@ class Weights:
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # forwards of different sequences may run on different threads
         self._small: dict[str, np.ndarray] = {}
+        self._steps: dict[int, tuple[MoE, Any]] = {}  # id(record) -> (record, kernels.moe_step.Plan or None)
 
     def enter(self) -> None:
         """Apply the thread count in the calling thread (numba's setting is per thread); cheap
@@ -270,6 +272,19 @@ class Weights:
         """`products` by tensor name."""
         return self.products([self.matrix(n) for n in names], x)
 
+    def moe_step(self, m: MoE, k: int) -> Any:
+        """A decode row's whole MoE after its router in one compiled call (`kernels.moe_step`),
+        planned once per layer record; None where it does not apply (the numpy path, weights on
+        a device or not all with integer kernels, gate and up apart)."""
+        got = self._steps.get(id(m))
+        if got is None:
+            plan = None
+            if self.backend == "numba" and m.gate_up is not None:
+                plan = self._kernels.moe_step.Plan.build(k, m.gate_up, m.down, m.shared_gate_up, m.shared_down,
+                                                         m.shared_gate_inp)
+            got = self._steps[id(m)] = (m, plan)  # the record kept, so its id is not reused
+        return got[1]
+
     def routes(self, ids: np.ndarray, n_expert: int) -> Any:
         """The grouping of expert ids (n, k) shared by one layer's expert products (numba backend;
         None elsewhere, where the products group the ids themselves)."""
@@ -334,6 +349,7 @@ class Weights:
             self.cache_used = 0
             self._bound.clear()
             self._fused.clear()
+            self._steps.clear()
             self._members.clear()
 
     def names(self) -> Iterable[str]:
