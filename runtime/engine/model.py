@@ -293,7 +293,13 @@ class Model:
         dev = self.device_layers
         if dev is not None and dev.runs(i):
             return steps.causal_layer(dev, dev.records[i], dev.put(x), state)
-        return steps.causal_layer(self.ops, self.layers[i], self._host(x), state)
+        x = self._host(x)
+        L = self.layers[i]
+        if x.shape[0] == 1 and state.mixer_inputs is None and isinstance(L, DeltaNetLayer):
+            step = self.weights.gdn_step(L, self.config)
+            if step is not None:  # the same steps in one compiled call (`kernels.gdn_step`)
+                return step.run(x, *state.gdn(L.index))
+        return steps.causal_layer(self.ops, L, x, state)
 
     def _logits(self, x: Any) -> np.ndarray:
         dev = self.device_layers

@@ -30,8 +30,9 @@ from ..quants import dequantize, dequantize_rows
 from ..quants.formats import F32
 
 if TYPE_CHECKING:
+    from ..model_config import ModelConfig
     from ..torch_backend.group import DeviceGroup
-    from .layers import MoE
+    from .layers import DeltaNetLayer, MoE
 
 BACKENDS = ("auto", "numpy", "numba")
 DEFAULT_CACHE_BYTES = 512 << 20  # numpy backend: dequantized dense matrices kept between calls
@@ -115,7 +116,7 @@ class Weights:
         self._cache: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # forwards of different sequences may run on different threads
         self._small: dict[str, np.ndarray] = {}
-        self._steps: dict[int, tuple[MoE, Any]] = {}  # id(record) -> (record, kernels.moe_step.Plan or None)
+        self._steps: dict[int, tuple[Any, Any]] = {}  # id(record) -> (record, its kernels.*_step.Plan or None)
 
     def enter(self) -> None:
         """Apply the thread count in the calling thread (numba's setting is per thread); cheap
@@ -283,6 +284,22 @@ class Weights:
                 plan = self._kernels.moe_step.Plan.build(k, m.gate_up, m.down, m.shared_gate_up, m.shared_down,
                                                          m.shared_gate_inp)
             got = self._steps[id(m)] = (m, plan)  # the record kept, so its id is not reused
+        return got[1]
+
+    def gdn_step(self, L: DeltaNetLayer, cfg: ModelConfig) -> Any:
+        """A decode row's whole GDN layer in one compiled call (`kernels.gdn_step`), planned once
+        per layer record; None where it does not apply (see `moe_step`; the input projections
+        apart, a router that is not float32)."""
+        got = self._steps.get(id(L))
+        if got is None:
+            plan = None
+            moe_plan = self.moe_step(L.moe, cfg.n_expert_used)
+            if moe_plan is not None:
+                widths = (cfg.ssm_conv_dim, cfg.ssm_v_heads * cfg.ssm_v_dim, cfg.ssm_v_heads, cfg.ssm_v_heads)
+                plan = self._kernels.gdn_step.Plan.build(
+                    L.norm, cfg.rms_eps, L.inputs, widths, L.conv, L.dt_bias, L.a, L.ssm_norm, cfg.ssm_k_heads,
+                    cfg.ssm_state, L.out, L.moe.norm, L.moe.router, moe_plan)
+            got = self._steps[id(L)] = (L, plan)
         return got[1]
 
     def routes(self, ids: np.ndarray, n_expert: int) -> Any:

@@ -179,23 +179,24 @@ class Plan:
             return None
         return Plan(k, gate_up, down, shared_gate_up, shared_down, gate_inp)
 
-    def run(self, h: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The MoE output (1, hidden) of the row h (1, hidden) and the experts it used."""
-        eight = x8_pays()
+    def arguments(self, eight: bool) -> tuple:
+        """`_moe_row`'s product arguments, from gate|up to the shared down projection; `eight`:
+        whether a row takes the eight-row pass on this machine (`x8_choice`)."""
         t, x8, raw, nb, ts, eb, n_out, blk = self.routed
         dt, dx8, draw, dnb, dts, deb, dn_out, dblk = self.down
         if self.shared is not None:
             st, sx8, sraw, snb, sts, _, s_out, sblk, pt, px8, praw, pnb, pts, _, p_out, pblk = self.shared
-            sh = True
         else:
             st, sx8, sraw, snb, sts, s_out, sblk = Q4_0, False, _NO_MATRIX, 0, 0, 0, 32
             pt, px8, praw, pnb, pts, p_out, pblk = Q4_0, False, _NO_MATRIX, 0, 0, 0, 32
-            sh = False
-        out = np.empty((1, dn_out), np.float32)
-        used = _moe_row(h, logits, self.k, current_threads(),
-                        t, x8 and eight, raw, nb, ts, eb, n_out, blk,
-                        dt, dx8 and eight, draw, dnb, dts, deb, dn_out, dblk,
-                        sh, st, sx8 and eight, sraw, snb, sts, s_out, sblk,
-                        pt, px8 and eight, praw, pnb, pts, p_out, pblk,
-                        self.gate_inp, self.gated, out)
+        return (t, x8 and eight, raw, nb, ts, eb, n_out, blk,
+                dt, dx8 and eight, draw, dnb, dts, deb, dn_out, dblk,
+                self.shared is not None, st, sx8 and eight, sraw, snb, sts, s_out, sblk,
+                pt, px8 and eight, praw, pnb, pts, p_out, pblk)
+
+    def run(self, h: np.ndarray, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The MoE output (1, hidden) of the row h (1, hidden) and the experts it used."""
+        out = np.empty((1, self.down[6]), np.float32)
+        used = _moe_row(h, logits, self.k, current_threads(), *self.arguments(x8_pays()), self.gate_inp, self.gated,
+                        out)
         return out, used
