@@ -6,6 +6,7 @@ Module top imports only typer and the standard library; the runtime is imported 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -89,7 +90,7 @@ def command(
     from clover_runtime.bench import build_info, make_configs, make_tests
 
     from .bench_args import parse_float_list, parse_int_list, parse_pairs
-    from .bench_table import OUTPUT_FORMATS, render
+    from .bench_table import OUTPUT_FORMATS, TablePrinter
     from .options import offload_request
     from .usage import UsageError, choice
 
@@ -121,13 +122,19 @@ def command(
     from .app import git_commit
 
     build = build_info(__version__, git_commit())
-    all_records: list[dict] = []
-    for name in names:
-        path = _resolve(name, offline)
-        for cfg in configs:
-            all_records += _measure(path, cfg, tests, repetitions, not no_warmup, build, exact_kernels, offload)
-    sys.stdout.write(render(all_records, output, build))
-    sys.stdout.flush()
+    settings = [{"block_length": c.block_length, "reveal_k": c.reveal_k, "threshold": c.threshold,
+                 "expert_coreset": c.expert_coreset} for c in configs]
+    printer = TablePrinter(output, build, sys.stdout, settings, any(t.diffusion for t in tests))
+    try:
+        for name in names:
+            path = _resolve(name, offline)
+            for cfg in configs:
+                _measure(path, cfg, tests, repetitions, not no_warmup, build, exact_kernels, offload, printer.add)
+    except BaseException:
+        if printer.count:  # an interrupted or failed run still closes the table it began
+            printer.end()
+        raise
+    printer.end()
 
 
 def _resolve(name: str, offline: bool) -> str:
@@ -138,7 +145,9 @@ def _resolve(name: str, offline: bool) -> str:
 
 
 def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact_kernels: bool,  # noqa: ANN001
-             offload) -> list[dict]:  # noqa: ANN001
+             offload, emit: Callable[[list[dict]], None]) -> None:  # noqa: ANN001
+    """Measure `tests` on the model at `path` under `cfg`, handing each test's record to `emit`
+    as soon as it is measured."""
     from clover_runtime.bench import model_facts, placement_fields, records, run_tests
     from clover_runtime.loader import load_model
 
@@ -148,14 +157,16 @@ def _measure(path: str, cfg, tests, repetitions: int, warmup: bool, build, exact
                        offload=offload)
     compile_first_run(model)
     facts = model_facts(path, model)
-    with _progress(len(tests) * (repetitions + int(warmup))) as tick:
-        results = run_tests(model, tests, cfg, repetitions=repetitions, warmup=warmup,
-                            on_progress=lambda test, i, n: tick(f"{facts.model_type}: {test.name}", i, n))
+    placement = placement_fields(model)
+    shown = cfg
     if exact_kernels and cfg.backend == "numba":  # say so in the backend column
         import dataclasses
 
-        cfg = dataclasses.replace(cfg, backend="numba exact")
-    return records(facts, cfg, results, build, placement_fields(model))
+        shown = dataclasses.replace(cfg, backend="numba exact")
+    with _progress(len(tests) * (repetitions + int(warmup))) as tick:
+        run_tests(model, tests, cfg, repetitions=repetitions, warmup=warmup,
+                  on_progress=lambda test, i, n: tick(f"{facts.model_type}: {test.name}", i, n),
+                  on_result=lambda result: tick.show(lambda: emit(records(facts, shown, [result], build, placement))))
 
 
 class _progress:
@@ -175,14 +186,26 @@ class _progress:
                                  console=err(), transient=True)
             self._bar.start()
             self._task = self._bar.add_task("bench", total=self.total)
-        return self._tick
+        return self
 
-    def _tick(self, description: str, i: int, n: int) -> None:
+    def __call__(self, description: str, i: int, n: int) -> None:
         if self._bar is not None and i > 0:
             self.done += 1
             self._bar.update(self._task, completed=min(self.done, self.total), description=description)
         elif self._bar is not None:
             self._bar.update(self._task, description=description)
+
+    def show(self, write: Callable[[], None]) -> None:
+        """Run `write` (a table row to stdout) with the bar off the screen, then bring it back:
+        a row written under a live bar on the same terminal would be drawn over."""
+        if self._bar is None:
+            write()
+            return
+        self._bar.stop()
+        try:
+            write()
+        finally:
+            self._bar.start()
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from clover_runtime.bench import BuildInfo
 from clover_runtime.errors import CloverError
@@ -15,31 +16,28 @@ from clover_runtime.errors import CloverError
 OUTPUT_FORMATS = ("md", "csv", "json", "jsonl")
 
 
+# Column widths of the streamed markdown table (llama-bench prints each row as its test ends, so
+# it cannot size columns to the values; a longer value widens its own cell).
+_WIDTHS = {"model": 30, "size": 10, "params": 10, "backend": 14, "threads": 7, "test": 13, "t/s": 20}
+_KNOBS = (("block_length", "block"), ("reveal_k", "reveal k"), ("threshold", "threshold"),
+          ("expert_coreset", "coreset"))  # diffusion settings: a column where they vary
+
+
 def _varying(recs: Sequence[dict], key: str, default: Any) -> bool:
     values = {json.dumps(r.get(key)) for r in recs}
     return len(values) > 1 or (bool(recs) and recs[0].get(key) != default)
 
 
-def render(recs: Sequence[dict], fmt: str, build: BuildInfo) -> str:
-    """The results as a markdown table (with build/CPU footer), CSV, a JSON array or JSON lines."""
-    if fmt == "json":
-        return json.dumps(list(recs), indent=2) + "\n"
-    if fmt == "jsonl":
-        return "".join(json.dumps(r) + "\n" for r in recs)
-    if fmt == "csv":
-        buf = io.StringIO()
-        if recs:
-            w = csv.DictWriter(buf, fieldnames=list(recs[0].keys()), lineterminator="\n")
-            w.writeheader()
-            for r in recs:
-                w.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()})
-        return buf.getvalue()
-    if fmt != "md":
-        raise CloverError(f"unknown output format '{fmt}' (choose from {', '.join(OUTPUT_FORMATS)})")
-    return _markdown(recs, build)
+def _knob(key: str) -> Callable[[dict], str]:
+    def cell(r: dict) -> str:
+        v = r.get(key)
+        return "-" if v is None else f"{v:g}" if key == "threshold" else str(v)
+    return cell
 
 
-def _markdown(recs: Sequence[dict], build: BuildInfo) -> str:
+def _columns(settings: Sequence[dict], diffusion: bool) -> list[tuple[str, Callable[[dict], str], str]]:
+    """The markdown columns: llama-bench's, a column per diffusion setting that varies across
+    `settings` (one dict of setting values per run configuration), the dg columns when a test is one."""
     cols: list[tuple[str, Callable[[dict], str], str]] = [
         ("model", lambda r: r["model_type"], "l"),
         ("size", lambda r: f"{r['model_size'] / 2**30:.2f} GiB", "r"),
@@ -47,37 +45,82 @@ def _markdown(recs: Sequence[dict], build: BuildInfo) -> str:
         ("backend", lambda r: f"{r.get('backends', 'CPU')} ({r['clover_backend']})", "l"),
         ("threads", lambda r: str(r["n_threads"]), "r"),
     ]
-    if _varying(recs, "block_length", None):
-        cols.append(("block", lambda r: "-" if r["block_length"] is None else str(r["block_length"]), "r"))
-    if _varying(recs, "reveal_k", None):
-        cols.append(("reveal k", lambda r: "-" if r.get("reveal_k") is None else str(r["reveal_k"]), "r"))
-    if _varying(recs, "threshold", None):
-        cols.append(("threshold", lambda r: "-" if r["threshold"] is None else f"{r['threshold']:g}", "r"))
-    if _varying(recs, "expert_coreset", None):
-        cols.append(("coreset", lambda r: "-" if r["expert_coreset"] is None else str(r["expert_coreset"]),
-                     "r"))
+    cols += [(name, _knob(key), "r") for key, name in _KNOBS if _varying(settings, key, None)]
     cols.append(("test", lambda r: r["test"], "r"))
     cols.append(("t/s", lambda r: f"{r['avg_ts']:.2f} ± {r['stddev_ts']:.2f}", "r"))
-    if any(r["diffusion"] for r in recs):
+    if diffusion:
         cols.append(("tok/fwd", lambda r: f"{r['tokens_per_forward']:.2f}" if r["diffusion"] else "", "r"))
         cols.append(("passes/blk", lambda r: f"{r['passes_per_block']:.2f}" if r["diffusion"] else "", "r"))
         # a pass's cost in decode steps = the tokens per pass diffusion needs to beat AR (break-even)
         cols.append(("pass cost", lambda r: f"{r['pass_steps']:.1f} steps" if r.get("pass_steps") else "", "r"))
-    cells = [[fn(r) for _, fn, _ in cols] for r in recs]
-    widths = [max([len(name)] + [len(row[i]) for row in cells]) for i, (name, _, _) in enumerate(cols)]
+    return cols
 
-    def line(values: Sequence[str]) -> str:
+
+class TablePrinter:
+    """Writes records as they are measured, as llama-bench does: a markdown row (after the header),
+    a CSV line, a JSON array element or a JSON line per record, so a long run shows each test as
+    it ends and an interrupted one keeps what it measured."""
+
+    def __init__(self, fmt: str, build: BuildInfo, out: TextIO, settings: Sequence[dict], diffusion: bool) -> None:
+        if fmt not in OUTPUT_FORMATS:
+            raise CloverError(f"unknown output format '{fmt}' (choose from {', '.join(OUTPUT_FORMATS)})")
+        self.fmt, self.build, self.out = fmt, build, out
+        self.cols = _columns(settings, diffusion)
+        self.widths = [max(len(name), _WIDTHS.get(name, 0)) for name, _, _ in self.cols]
+        self._csv: csv.DictWriter | None = None
+        self.count = 0
+
+    def add(self, recs: Sequence[dict]) -> None:
+        """Write these records now."""
+        for r in recs:
+            if self.fmt == "md":
+                if not self.count:
+                    self._write(self._line([c[0] for c in self.cols]) + "\n" + self._rule() + "\n")
+                self._write(self._line([fn(r) for _, fn, _ in self.cols]) + "\n")
+            elif self.fmt == "csv":
+                if self._csv is None:
+                    self._csv = csv.DictWriter(self.out, fieldnames=list(r.keys()), lineterminator="\n")
+                    self._csv.writeheader()
+                self._csv.writerow({k: " ".join(map(str, v)) if isinstance(v, list) else v for k, v in r.items()})
+                self.out.flush()
+            elif self.fmt == "json":
+                body = textwrap.indent(json.dumps(r, indent=2), "  ")
+                self._write(("[\n" if not self.count else ",\n") + body)
+            else:
+                self._write(json.dumps(r) + "\n")
+            self.count += 1
+
+    def end(self) -> None:
+        """Close the output: the build/CPU footer of the markdown table, the JSON array's end."""
+        if self.fmt == "md" and self.count:
+            footer = f"\nbuild: clover {self.build.version} ({self.build.commit})\ncpu: {self.build.cpu}"
+            if self.build.cpu_detail:
+                footer += f" ({self.build.cpu_detail})"
+            self._write(footer + "\n")
+        elif self.fmt == "json":
+            self._write("\n]\n" if self.count else "[]\n")
+
+    def _write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _line(self, values: Sequence[str]) -> str:
         parts = [v.ljust(w) if a == "l" else v.rjust(w)
-                 for v, w, (_, _, a) in zip(values, widths, cols, strict=True)]
+                 for v, w, (_, _, a) in zip(values, self.widths, self.cols, strict=True)]
         return "| " + " | ".join(parts) + " |"
 
-    rule = "| " + " | ".join(("-" * (w - 1) + ":") if a == "r" else "-" * w
-                             for w, (_, _, a) in zip(widths, cols, strict=True)) + " |"
-    lines = [line([c[0] for c in cols]), rule] + [line(row) for row in cells]
-    footer = f"\nbuild: clover {build.version} ({build.commit})\ncpu: {build.cpu}"
-    if build.cpu_detail:
-        footer += f" ({build.cpu_detail})"
-    return "\n".join(lines) + "\n" + footer + "\n"
+    def _rule(self) -> str:
+        return "| " + " | ".join(("-" * (w - 1) + ":") if a == "r" else "-" * w
+                                 for w, (_, _, a) in zip(self.widths, self.cols, strict=True)) + " |"
+
+
+def render(recs: Sequence[dict], fmt: str, build: BuildInfo) -> str:
+    """All the records at once, as `TablePrinter` writes them one by one."""
+    buf = io.StringIO()
+    printer = TablePrinter(fmt, build, buf, recs, any(r.get("diffusion") for r in recs))
+    printer.add(recs)
+    printer.end()
+    return buf.getvalue()
 
 
 def _params(n: int) -> str:

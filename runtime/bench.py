@@ -225,8 +225,10 @@ def run_tests(
     warmup: bool = True,
     diffusion_runner: DiffusionRunner | None = None,
     on_progress: Callable[[BenchTest, int, int], None] | None = None,
+    on_result: Callable[[BenchResult], None] | None = None,
 ) -> list[BenchResult]:
-    """Measure every test on one loaded model under one parameter combination."""
+    """Measure every test on one loaded model under one parameter combination; `on_result` hears
+    each test's result as soon as it is measured (a table printed row by row)."""
     context = int(model.config.context_length)
     vocab = _vocab(model)
     results = []
@@ -257,6 +259,8 @@ def run_tests(
         keys = extras_all[0] if extras_all else {}
         merged = {k: statistics.fmean(e[k] for e in extras_all) for k in keys}
         results.append(BenchResult(test, samples, merged, stamp))
+        if on_result:
+            on_result(results[-1])
     return results
 
 

@@ -103,3 +103,37 @@ def test_reveal_k_fixes_the_tokens_per_pass(model):
         assert r["test"] == "dg32" and r["passes_per_block"] == pytest.approx(32 / r["reveal_k"]), r
     md = run_bench(model, "-p", "0", "-n", "0", "-dg", "8", "-r", "1", "-t", "1", "--reveal-k", "2,4")
     assert md.exit_code == 0 and "reveal k" in md.stdout
+
+
+@pytest.mark.parametrize("fmt", ["md", "json", "jsonl", "csv"])
+def test_each_row_is_written_when_its_test_ends(model, fmt):
+    """As llama-bench: a test's row goes out as soon as it is measured, so a run that fails at its
+    second test (longer than the context) has already written the first, and the table or JSON
+    array it began is closed."""
+    res = run_bench(model, "-p", "8,100000", "-n", "0", "-dg", "0", "-r", "1", "-t", "1", "--no-warmup", "-o", fmt)
+    assert isinstance(res.exception, CloverError) and "context" in str(res.exception)
+    out = res.stdout
+    if fmt == "md":
+        lines = out.strip().splitlines()
+        assert [c.strip() for c in lines[0].strip("|").split("|")][-2:] == ["test", "t/s"]
+        assert len(lines) == 6 and "pp8" in lines[2] and lines[-2].startswith("build: clover")
+    elif fmt == "json":
+        assert [r["test"] for r in json.loads(out)] == ["pp8"]
+    elif fmt == "jsonl":
+        assert [json.loads(line)["test"] for line in out.splitlines()] == ["pp8"]
+    else:
+        assert [r["test"] for r in csv.DictReader(io.StringIO(out))] == ["pp8"]
+
+
+def test_rows_stream_in_test_order_as_they_end():
+    """The runtime hands each result over before the next test starts (`run_tests(on_result=)`)."""
+    from clover_runtime.bench import BenchConfig, make_tests, run_tests
+    from clover_runtime.loader import load_model
+
+    events = []
+    with load_model(tiny_model_path("Q8_0"), n_threads=1) as m:
+        run_tests(m, make_tests([4], [2], [], [], [0]), BenchConfig(threads=1, backend="numba"), repetitions=1,
+                  warmup=False, on_progress=lambda t, i, n: events.append(("run", t.name, i)),
+                  on_result=lambda r: events.append(("row", r.test.name, len(r.samples_ns))))
+    assert events == [("run", "pp4", 0), ("run", "pp4", 1), ("row", "pp4", 1),
+                      ("run", "tg2", 0), ("run", "tg2", 1), ("row", "tg2", 1)]
