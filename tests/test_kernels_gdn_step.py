@@ -47,13 +47,16 @@ def test_a_gdn_layer_in_one_call_has_the_step_by_step_bits(monkeypatch, quant, t
 
 def test_a_model_decodes_alike_with_and_without_the_one_call_layers():
     """A mapped model's layers (gate and up apart) go step by step, a model read into memory
-    takes the one-call GDN layer: their decode steps give the same logits."""
+    takes the one-call GDN and attention layers: their decode steps give the same logits."""
     path = small_model_path("Q4_K_M", arch="qwen35moe")
     with load_model(path, n_threads=1, in_memory=False) as mapped, load_model(path, n_threads=1,
                                                                              in_memory=True) as fused:
         cfg = fused.config
         assert all(fused.weights.gdn_step(fused.layers[i], cfg) is not None for i in cfg.gdn_layers)
         assert all(mapped.weights.gdn_step(mapped.layers[i], cfg) is None for i in cfg.gdn_layers)
+        attention = [i for i in fused.layers if i not in cfg.gdn_layers]
+        assert all(fused.weights.attention_step(fused.layers[i], cfg) is not None for i in attention)
+        assert all(mapped.weights.attention_step(mapped.layers[i], cfg) is None for i in attention)
         out = []
         for m in (mapped, fused):
             state = m.new_state(64)

@@ -295,10 +295,15 @@ class Model:
             return steps.causal_layer(dev, dev.records[i], dev.put(x), state)
         x = self._host(x)
         L = self.layers[i]
-        if x.shape[0] == 1 and state.mixer_inputs is None and isinstance(L, DeltaNetLayer):
-            step = self.weights.gdn_step(L, self.config)
-            if step is not None:  # the same steps in one compiled call (`kernels.gdn_step`)
-                return step.run(x, *state.gdn(L.index))
+        if x.shape[0] == 1 and state.mixer_inputs is None:  # the same steps in one compiled call
+            if isinstance(L, DeltaNetLayer):
+                step = self.weights.gdn_step(L, self.config)  # `kernels.gdn_step`
+                if step is not None:
+                    return step.run(x, *state.gdn(L.index))
+            else:
+                step = self.weights.attention_step(L, self.config)  # `kernels.attention_step`
+                if step is not None:
+                    return step.run(x, state.n_past, *state.kv(L.index))
         return steps.causal_layer(self.ops, L, x, state)
 
     def _logits(self, x: Any) -> np.ndarray:

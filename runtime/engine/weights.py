@@ -32,7 +32,7 @@ from ..quants.formats import F32
 if TYPE_CHECKING:
     from ..model_config import ModelConfig
     from ..torch_backend.group import DeviceGroup
-    from .layers import DeltaNetLayer, MoE
+    from .layers import AttentionLayer, DeltaNetLayer, MoE
 
 BACKENDS = ("auto", "numpy", "numba")
 DEFAULT_CACHE_BYTES = 512 << 20  # numpy backend: dequantized dense matrices kept between calls
@@ -299,6 +299,24 @@ class Weights:
                 plan = self._kernels.gdn_step.Plan.build(
                     L.norm, cfg.rms_eps, L.inputs, widths, L.conv, L.dt_bias, L.a, L.ssm_norm, cfg.ssm_k_heads,
                     cfg.ssm_state, L.out, L.moe.norm, L.moe.router, moe_plan)
+            got = self._steps[id(L)] = (L, plan)
+        return got[1]
+
+    def attention_step(self, L: AttentionLayer, cfg: ModelConfig) -> Any:
+        """A decode row's whole attention layer in one compiled call (`kernels.attention_step`),
+        planned once per layer record; None where it does not apply (see `gdn_step`; q, k, v
+        fused in the file)."""
+        got = self._steps.get(id(L))
+        if got is None:
+            plan = None
+            moe_plan = self.moe_step(L.moe, cfg.n_expert_used)
+            if moe_plan is not None and L.qkv is None:
+                from .attention import inverse_frequencies
+
+                plan = self._kernels.attention_step.Plan.build(
+                    L.norm, cfg.rms_eps, L.q, L.k, L.v, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v,
+                    L.q_norm, L.k_norm, inverse_frequencies(cfg.rope_dim, cfg.rope_base), L.output, L.moe.norm,
+                    L.moe.router, moe_plan)
             got = self._steps[id(L)] = (L, plan)
         return got[1]
 

@@ -19,8 +19,7 @@ import numpy as np
 
 from .gdn import _gdn_mixer
 from .jit import current_threads, njit
-from .matmul import _f32_rows
-from .moe_step import _NO_MATRIX, _dense, _fields, _moe_row
+from .moe_step import _NO_MATRIX, _dense, _fields, _residual_moe, float_router, integer_matrix
 from .moe_step import Plan as MoEPlan
 from .norm import _norm_serial
 from .x8_choice import x8_pays
@@ -78,20 +77,13 @@ def _gdn_layer(x, threads, norm_w, eps,
     x1 = np.empty((1, hidden), np.float32)
     for i in range(hidden):
         x1[0, i] = x[0, i] + o[0, i]
-    h2 = np.empty((1, hidden), np.float32)
-    _norm_serial(x1, moe_norm_w, eps, h2)
-    logits = np.empty((1, router_w.shape[0]), np.float32)
-    _f32_rows(h2, router_w, logits)
-    out = np.empty((1, hidden), np.float32)
-    _moe_row(h2, logits, k, threads,
-             gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-             dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-             sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-             sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-             gate_inp, gated, out)
-    for i in range(hidden):
-        x1[0, i] += out[0, i]
-    return x1
+    return _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
+                         gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
+                         dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
+                         sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
+                         sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
+                         gate_inp, gated)
+
 
 _NO_REST = (2, False, _NO_MATRIX, 0, 0, 0, 0, 32)  # no second input matrix (Q4_0's type number, no rows)
 
@@ -112,13 +104,10 @@ class Plan:
         if moe is None or len(inputs) not in (1, 2):
             return None
         n_conv, n_z, vh, _ = widths
-
-        def integer(m: Any) -> bool:
-            return getattr(m, "integer", False) and hasattr(m, "int_blocks") and m.count == 1
-
-        if not (all(integer(m) for m in inputs) and integer(out) and sum(m.n_out for m in inputs) == sum(widths)
-                and inputs[0].n_out in (n_conv, sum(widths)) and getattr(router, "t", None) == 0
-                and getattr(router, "row_exact", False) and router.count == 1 and n_z % vh == 0):
+        rows = float_router(router)
+        if not (all(integer_matrix(m) for m in inputs) and integer_matrix(out) and rows is not None
+                and sum(m.n_out for m in inputs) == sum(widths) and inputs[0].n_out in (n_conv, sum(widths))
+                and n_z % vh == 0):
             return None
         p = Plan()
         p.norm, p.moe_norm = (np.ascontiguousarray(v, np.float32) for v in (norm, moe_norm))
@@ -129,7 +118,7 @@ class Plan:
         p.taps, p.dt_bias, p.ssm_a, p.ssm_norm = (np.ascontiguousarray(v, np.float32)
                                                   for v in (taps, dt_bias, ssm_a, ssm_norm))
         p.out = _fields(out)
-        p.router = router.rows(0, 0, router.n_out)
+        p.router = rows
         p.moe = moe
         return p
 

@@ -24,7 +24,9 @@ import numpy as np
 from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
 from .intmatmul import _int_q4_0, _int_q4_k, _int_q5_k, _int_q6_k, _int_q8_0
 from .jit import current_threads, njit
+from .matmul import _f32_rows
 from .moe_rows import _group, _mix_serial, _route, _swiglu_serial, _work_items
+from .norm import _norm_serial
 from .q8 import SUM_GROUP, _quantize_serial
 from .x8_choice import x8_pays
 
@@ -136,6 +138,46 @@ def _moe_row(h, logits, k, threads,
         shared = _dense(sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk, sact.reshape(1, sf), threads)
     _mix_serial(weights, down.reshape(1, k, dn_out), shared, h, gate_inp, gated, out)
     return used
+
+
+@njit(cache=True)
+def _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
+                  gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
+                  dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
+                  sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
+                  sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
+                  gate_inp, gated):
+    """A layer's second half for its one row x1 (1, hidden) after the mixer's residual, as
+    `steps.causal_layer` takes it: x1 + MoE(RMSNorm(x1)), the router's float32 product included.
+    Adds into x1 and returns it."""
+    hidden = x1.shape[1]
+    h2 = np.empty((1, hidden), np.float32)
+    _norm_serial(x1, moe_norm_w, eps, h2)
+    logits = np.empty((1, router_w.shape[0]), np.float32)
+    _f32_rows(h2, router_w, logits)
+    out = np.empty((1, hidden), np.float32)
+    _moe_row(h2, logits, k, threads,
+             gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
+             dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
+             sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
+             sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
+             gate_inp, gated, out)
+    for i in range(hidden):
+        x1[0, i] += out[0, i]
+    return x1
+
+
+def float_router(router: Any) -> np.ndarray | None:
+    """The router's (n_expert, hidden) float32 rows where the step-by-step path multiplies them
+    with `matmul._f32_rows` (a float32 matrix, row-exact kernels), else None."""
+    if getattr(router, "t", None) == 0 and getattr(router, "row_exact", False) and router.count == 1:
+        return router.rows(0, 0, router.n_out)
+    return None
+
+
+def integer_matrix(m: Any) -> bool:
+    """Whether m is one prepared matrix with integer kernels (what `_dense` multiplies)."""
+    return getattr(m, "integer", False) and hasattr(m, "int_blocks") and m.count == 1
 
 
 _NO_MATRIX = np.zeros(0, np.uint8)
