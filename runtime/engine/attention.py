@@ -7,7 +7,6 @@ inside the block) and writes nothing.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +14,7 @@ import numpy as np
 from ..model_config import ModelConfig
 from .align import ALIGN, segments
 from .layers import AttentionLayer
-from .ops import compiled, rms_norm, sigmoid
+from .ops import compiled, inverse_frequencies, rms_norm, sigmoid
 from .state import SequenceState
 from .weights import Weights
 
@@ -29,14 +28,6 @@ class AttentionInputs:
     gate: np.ndarray  # (n, heads * v_dim)
     k: np.ndarray  # (n, kv_heads, head_dim), normed and rotated
     v: np.ndarray  # (n, kv_heads, v_dim)
-
-
-@functools.cache
-def inverse_frequencies(rope_dim: int, base: float) -> np.ndarray:
-    """base^(-2j/rope_dim) for j < rope_dim/2, float64 (read-only: shared by every call)."""
-    inv = base ** (-np.arange(rope_dim // 2, dtype=np.float64) * 2.0 / rope_dim)
-    inv.flags.writeable = False
-    return inv
 
 
 def rope_tables(positions: np.ndarray, rope_dim: int, base: float) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,15 @@ def l2_norm(x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 
 @functools.cache
+def inverse_frequencies(rope_dim: int, base: float) -> np.ndarray:
+    """RoPE's base^(-2j/rope_dim) for j < rope_dim/2, float64 (read-only: shared by every call,
+    the attention layers' and the one-call decode layer's, `Weights.attention_step`)."""
+    inv = base ** (-np.arange(rope_dim // 2, dtype=np.float64) * 2.0 / rope_dim)
+    inv.flags.writeable = False
+    return inv
+
+
+@functools.cache
 def compiled(name: str) -> Any:
     """The compiled kernels module `kernels.<name>`, or None where numba does not import (the
     numpy forms then run)."""

@@ -28,6 +28,7 @@ from ..gguf_file import GGUFModelFile
 from ..gguf_header import TensorInfo
 from ..quants import dequantize, dequantize_rows
 from ..quants.formats import F32
+from .ops import inverse_frequencies
 
 if TYPE_CHECKING:
     from ..model_config import ModelConfig
@@ -311,8 +312,6 @@ class Weights:
             plan = None
             moe_plan = self.moe_step(L.moe, cfg.n_expert_used)
             if moe_plan is not None and L.qkv is None:
-                from .attention import inverse_frequencies
-
                 plan = self._kernels.attention_step.Plan.build(
                     L.norm, cfg.rms_eps, L.q, L.k, L.v, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.head_dim_v,
                     L.q_norm, L.k_norm, inverse_frequencies(cfg.rope_dim, cfg.rope_base), L.output, L.moe.norm,
