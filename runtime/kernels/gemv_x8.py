@@ -36,7 +36,7 @@ from .intdot import (
     row_sums,
     x86_avx512,
 )
-from .simd import _Block, _i64, _literal, _reduce, _vec, _vfma
+from .simd import _Block, _i64, _literal, _reduce, _vec, _vfma, k_scales_of
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
@@ -70,28 +70,9 @@ def _madd512(b: ir.IRBuilder, u: ir.Value, s: ir.Value, w: ir.Value) -> ir.Value
 
 
 def _scale_bytes2(b: ir.IRBuilder, k0: _Block, k1: _Block) -> tuple[ir.Value, ir.Value]:
-    """`simd._k_scale_bytes` of two blocks at once: the 6-bit scales and minimums of rows 2t and
-    2t+1 as <16 x i8> each (row 2t's eight first). Both blocks' first 16 bytes (d, dmin, the 12
-    scale bytes) in one 256-bit vector, shifted by 2 and by 4 once, then two byte permutes and a
-    masked merge give all 32 bytes: the pick-and-shift per half it replaced (byte shifts by
-    different amounts became three instructions each) was a quarter of the pass's time."""
-    s = _join(b, k0.bytes(0, 16), k1.bytes(0, 16))  # row 2t's scale byte i at 4 + i, row 2t+1's at 20 + i
-
-    def splat(v: int) -> ir.Constant:
-        return ir.Constant(_vec(_I8, 32), [v] * 32)
-
-    s2, s4 = b.lshr(s, splat(2)), b.lshr(s, splat(4))
-    # scales: bytes 0-3 and 8-11 low bits; minimums: bytes 4-7, and 8-11's high nibble (from s4)
-    low = [o + i for o in (4, 20) for i in (0, 1, 2, 3, 8, 9, 10, 11)]
-    low += [v for o in (4, 20) for v in [o + 4 + i for i in range(4)] + [32 + o + 8 + i for i in range(4)]]
-    # the high two bits of scales and minimums 4-7: bytes 0-3 and 4-7 shifted right by 2
-    high = [o + i for o in (4, 20) for i in (0, 0, 0, 0, 0, 1, 2, 3)]
-    high += [o + i for o in (4, 20) for i in (4, 4, 4, 4, 4, 5, 6, 7)]
-    keep = ir.Constant(_vec(_I8, 32), ([63] * 4 + [15] * 4) * 4)
-    top = ir.Constant(_vec(_I8, 32), ([0] * 4 + [48] * 4) * 4)
-    a = b.shuffle_vector(s, s4, ir.Constant(_vec(_I32, 32), low))
-    h = b.shuffle_vector(s2, s2, ir.Constant(_vec(_I32, 32), high))
-    both = b.or_(b.and_(a, keep), b.and_(h, top))
+    """`simd.k_scales_of` two blocks: the 6-bit scales and minimums of rows 2t and 2t+1 as
+    <16 x i8> each (row 2t's eight first), from one 256-bit vector of both blocks' first bytes."""
+    both = k_scales_of(b, _join(b, k0.bytes(0, 16), k1.bytes(0, 16)))
     return _lanes(b, both, list(range(16))), _lanes(b, both, list(range(16, 32)))
 
 
