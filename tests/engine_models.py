@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from clover_runtime.kernels import set_threads
+from clover_runtime.loader import load_model
 from clover_runtime.synth import SynthSpec, write_model
 from hf_oracle import QUANT_SHAPE, TinyShape, clover_tensors, random_weights, to_gguf_tensors, write_gguf
+from synth_models import small_model_path
 
 
 def token_ids(n: int, n_tokens: int, seed: int = 0) -> list[int]:
@@ -46,3 +51,26 @@ def synth_model(directory: Path, quant: str = "F32", *, preset: str = "small", *
     if not path.exists():
         write_model(path, SynthSpec.preset(preset, quant=quant, **overrides))
     return path
+
+
+@contextmanager
+def one_call_model(monkeypatch, quant: str, threads: int, x8: str) -> Iterator:
+    """A small qwen35moe model read into memory (so its layers have one-call plans), at `threads`
+    threads with the eight-row pass on or off (`x8`), weights entered; the thread count is reset
+    after. What the one-call layer tests compare with the step-by-step layer."""
+    monkeypatch.setenv("CLOVER_X8", x8)
+    with load_model(small_model_path(quant, arch="qwen35moe"), n_threads=threads, in_memory=True) as model:
+        try:
+            model.weights.enter()
+            yield model
+        finally:
+            set_threads(None)
+
+
+def own_copies(state) -> tuple:
+    """Two copies of state with arrays of their own (`copy()` shares them until `prepare_write`):
+    one for each path a comparison runs."""
+    copies = state.copy(), state.copy()
+    for c in copies:
+        c.prepare_write()
+    return copies

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from clover_runtime.engine import steps
-from clover_runtime.kernels import set_threads
 from clover_runtime.loader import load_model
+from engine_models import one_call_model, own_copies
 from synth_models import small_model_path
 
 pytest.importorskip("clover_runtime.kernels.gdn_step")
@@ -18,31 +18,23 @@ pytest.importorskip("clover_runtime.kernels.gdn_step")
 @pytest.mark.parametrize("quant", ["Q4_K", "Q4_K_M", "Q8_0"])
 @pytest.mark.parametrize("threads, x8", [(1, "on"), (1, "off"), (2, "on")])
 def test_a_gdn_layer_in_one_call_has_the_step_by_step_bits(monkeypatch, quant, threads, x8):
-    monkeypatch.setenv("CLOVER_X8", x8)
-    path = small_model_path(quant, arch="qwen35moe")
-    with load_model(path, n_threads=threads, in_memory=True) as model:
+    with one_call_model(monkeypatch, quant, threads, x8) as model:
         cfg = model.config
         state = model.new_state(64)
         model.forward([5, 17, 3, 99, 42, 7, 11, 64, 8], state)  # a state worth continuing
         rng = np.random.default_rng(threads)
-        try:
-            model.weights.enter()
-            for i in cfg.gdn_layers:
-                L = model.layers[i]
-                plan = model.weights.gdn_step(L, cfg)
-                assert plan is not None
-                x = (rng.standard_normal((1, cfg.n_embd)) * 2).astype(np.float32)
-                stepwise, compiled = state.copy(), state.copy()
-                stepwise.prepare_write()
-                compiled.prepare_write()
-                want = steps.causal_layer(model.ops, L, x, stepwise)
-                got = plan.run(x, *compiled.gdn(i))
-                np.testing.assert_array_equal(got, want)
-                for a, b in zip(compiled.gdn(i), stepwise.gdn(i), strict=True):
-                    np.testing.assert_array_equal(a, b)
-                assert not np.array_equal(compiled.gdn(i)[1], state.gdn(i)[1])  # the state did advance
-        finally:
-            set_threads(None)
+        for i in cfg.gdn_layers:
+            L = model.layers[i]
+            plan = model.weights.gdn_step(L, cfg)
+            assert plan is not None
+            x = (rng.standard_normal((1, cfg.n_embd)) * 2).astype(np.float32)
+            stepwise, compiled = own_copies(state)
+            want = steps.causal_layer(model.ops, L, x, stepwise)
+            got = plan.run(x, *compiled.gdn(i))
+            np.testing.assert_array_equal(got, want)
+            for a, b in zip(compiled.gdn(i), stepwise.gdn(i), strict=True):
+                np.testing.assert_array_equal(a, b)
+            assert not np.array_equal(compiled.gdn(i)[1], state.gdn(i)[1])  # the state did advance
 
 
 def test_a_model_decodes_alike_with_and_without_the_one_call_layers():

@@ -36,7 +36,7 @@ from .blas import pool
 from .gemv_x8 import fused_form
 from .intmatmul import INT_KERNELS, activation_block, integer_code
 from .jit import current_threads, njit, prange
-from .moe_rows import group, work_items
+from .moe_rows import balanced_items, group
 from .q8 import Q8Rows, quantize_rows
 from .simd import GEOMETRY, decode_row, dot_rows
 from .x8_choice import x8_pays
@@ -470,9 +470,7 @@ def _run_tiles(tasks: list) -> None:
 
 def _items(experts: np.ndarray, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Split each expert's output rows into runs, enough of them to keep every thread busy."""
-    want = 8 * current_threads()
-    run = int(min(64, max(4, -(-len(experts) * n_out // want))))
-    return work_items(np.ascontiguousarray(experts, np.int64), n_out, run)
+    return balanced_items(np.ascontiguousarray(experts, np.int64), n_out, current_threads())
 
 
 def matmul(raw: np.ndarray, ggml_type: int, out_features: int, in_features: int, x: np.ndarray, *,

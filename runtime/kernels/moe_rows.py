@@ -116,6 +116,25 @@ def _work_items(experts, n_out, run, item_expert, row0, row1):
             row1[i] = min(n_out, (b + 1) * run)
 
 
+RUN_MIN, RUN_MAX = 4, 64  # output rows a balanced work item holds
+
+
+@njit(cache=True, nogil=True)
+def balanced_items(experts, n_out, threads):
+    """`work_items` in runs long enough to amortise a pass (RUN_MIN rows at least, RUN_MAX at most)
+    and short enough to give every thread ~8 items: the split the grouped products use, whether
+    called from Python (`matmul`) or inside a compiled step (`moe_step`). A row's bits do not
+    depend on it."""
+    want = 8 * threads
+    run = min(RUN_MAX, max(RUN_MIN, (experts.shape[0] * n_out + want - 1) // want))
+    per = (n_out + run - 1) // run
+    item_expert = np.empty(experts.shape[0] * per, np.int64)
+    row0 = np.empty_like(item_expert)
+    row1 = np.empty_like(item_expert)
+    _work_items(experts, n_out, run, item_expert, row0, row1)
+    return item_expert, row0, row1
+
+
 def work_items(experts: np.ndarray, n_out: int, run: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The grouped kernels' work items: each expert's output rows in runs of `run` (the last one
     shorter), as (expert, first row, end row) int64 arrays, expert by expert."""

@@ -25,12 +25,10 @@ from ..quants.formats import Q4_0, Q4_K, Q5_K, Q6_K, Q8_0
 from .intmatmul import _int_q4_0, _int_q4_k, _int_q5_k, _int_q6_k, _int_q8_0
 from .jit import current_threads, njit
 from .matmul import _f32_rows
-from .moe_rows import _group, _mix_serial, _route, _swiglu_serial, _work_items
+from .moe_rows import _group, _mix_serial, _route, _swiglu_serial, balanced_items
 from .norm import _norm_serial
 from .q8 import SUM_GROUP, _quantize_serial
 from .x8_choice import x8_pays
-
-_RUN_MIN, _RUN_MAX = 4, 64  # `matmul._items`' bounds on a work item's output rows
 
 
 @njit(cache=True)
@@ -46,19 +44,6 @@ def _product(t, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, y):
         _int_q8_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, y)
     else:
         _int_q4_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, y)
-
-
-@njit(cache=True)
-def _items(experts, n_out, threads):
-    """`matmul._items`: each expert's output rows in runs, enough to keep every thread busy."""
-    want = 8 * threads
-    run = min(_RUN_MAX, max(_RUN_MIN, (experts.shape[0] * n_out + want - 1) // want))
-    per = (n_out + run - 1) // run
-    item_expert = np.empty(experts.shape[0] * per, np.int64)
-    row0 = np.empty_like(item_expert)
-    row1 = np.empty_like(item_expert)
-    _work_items(experts, n_out, run, item_expert, row0, row1)
-    return item_expert, row0, row1
 
 
 @njit(cache=True)
@@ -84,7 +69,7 @@ def _dense(t, x8, raw, nb, ts, n_out, block, x, threads):
     q, d, s = _quantized(x, block)
     y = np.empty((1, n_out), np.float32)
     experts = np.zeros(1, np.int64)
-    ie, r0, r1 = _items(experts, n_out, threads)
+    ie, r0, r1 = balanced_items(experts, n_out, threads)
     starts = np.array([0, 1], np.int64)
     _product(t, x8, raw, nb, ts, raw.shape[0], q, d, s, starts, ie, r0, r1, np.zeros(1, np.int64), y)
     return y
@@ -116,7 +101,7 @@ def _moe_row(h, logits, k, threads,
     # gate | up of every slot (all read the one row), SwiGLU, then each slot's down product
     q, d, s = _quantized(h, gu_blk)
     gq, gd, gs = _taken(q, d, s, np.zeros(k, np.int64))
-    ie, r0, r1 = _items(used, gu_out, threads)
+    ie, r0, r1 = balanced_items(used, gu_out, threads)
     gu = np.empty((k, gu_out), np.float32)
     _product(gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gq, gd, gs, starts, ie, r0, r1, order, gu)
     f = gu_out // 2
@@ -125,7 +110,7 @@ def _moe_row(h, logits, k, threads,
     _swiglu_serial(g3[:, :, :f], g3[:, :, f:], act)
     q, d, s = _quantized(act.reshape(k, f), dn_blk)
     dq, dd, ds = _taken(q, d, s, order)
-    ie, r0, r1 = _items(used, dn_out, threads)
+    ie, r0, r1 = balanced_items(used, dn_out, threads)
     down = np.empty((k, dn_out), np.float32)
     _product(dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dq, dd, ds, starts, ie, r0, r1, order, down)
     shared = np.empty((0, 0), np.float32)
@@ -175,9 +160,10 @@ def float_router(router: Any) -> np.ndarray | None:
     return None
 
 
-def integer_matrix(m: Any) -> bool:
-    """Whether m is one prepared matrix with integer kernels (what `_dense` multiplies)."""
-    return getattr(m, "integer", False) and hasattr(m, "int_blocks") and m.count == 1
+def integer_matrix(m: Any, stack: bool = False) -> bool:
+    """Whether m is a prepared matrix with integer kernels: one matrix (what `_dense` multiplies),
+    or with `stack`, any number of them (an expert stack, what `_product` multiplies)."""
+    return getattr(m, "integer", False) and hasattr(m, "int_blocks") and (stack or m.count == 1)
 
 
 _NO_MATRIX = np.zeros(0, np.uint8)
@@ -210,12 +196,9 @@ class Plan:
               gate_inp: np.ndarray | None) -> Plan | None:
         """The plan where every product is a prepared integer matrix (gate and up as one, the
         shared expert's too, or no shared expert), else None: those take the step-by-step path."""
-        def integer(m: Any) -> bool:
-            return getattr(m, "integer", False) and hasattr(m, "int_blocks")
-
-        shared_ok = shared_down is None or (integer(shared_gate_up) and integer(shared_down)
-                                            and shared_gate_up.count == shared_down.count == 1)
-        if not (integer(gate_up) and integer(down) and shared_ok and gate_up.n_out % 2 == 0):
+        shared_ok = shared_down is None or (integer_matrix(shared_gate_up) and integer_matrix(shared_down))
+        if not (integer_matrix(gate_up, stack=True) and integer_matrix(down, stack=True) and shared_ok
+                and gate_up.n_out % 2 == 0):
             return None
         if shared_gate_up is not None and shared_gate_up.n_out % 2:
             return None
