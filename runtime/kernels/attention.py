@@ -2,9 +2,10 @@
 
 Decode and short commits read the whole cache once per token; with numpy that was one BLAS call
 per KV head on one thread. Here the cache is cut into chunks of positions, each (KV head, chunk)
-is a work item on the kernel threads computing its scores, their maximum, the exponentials and
-the weighted sum of values, TILE positions at a time so their keys and values are read from memory
-once for all the query heads that share them; the items are then merged with their maxima (the
+is a work item on the kernel threads computing its scores (key by key, each key row read once for
+all the query rows and heads that share it), their maximum, the exponentials and the weighted sum
+of values, TILE positions at a time so the values are read from memory once for all of them;
+the items are then merged with their maxima (the
 log-sum-exp combination of split softmax), so the result equals the one-pass softmax to float32
 round-off.
 """
@@ -18,9 +19,9 @@ from .jit import current_threads, njit, prange
 
 _FM = {"contract", "nsz", "reassoc"}
 MIN_CHUNK = 256  # positions per work item at least
-# Positions whose keys (transposed) and values stay in L2 while every query row of the KV head
-# uses them: 64 x 256 floats, 64 KB each. A whole chunk at a time (8192 positions of a 16K cache
-# at one thread, 8 MB) was read from memory once per query row: 36 ms a layer at depth 16K.
+# Positions whose values stay in L2 while every query row of the KV head uses them: 64 x 256
+# floats, 64 KB. A whole chunk at a time (8192 positions of a 16K cache at one thread, 8 MB) was
+# read from memory once per query row: 36 ms a layer at depth 16K.
 TILE = 64
 
 
@@ -34,18 +35,15 @@ def _zero(a):
 
 
 @njit(inline="always")
-def _scores(qi, kt, L, scale, out):
-    """out[j] = (Σ_t qi[t]·kt[t, j]) · scale for j < L, each position's sum taken in t order on
-    its own lane (so its bits depend on no other position, row or call)."""
-    for j in range(L):
-        out[j] = np.float32(0.0)
+def _score(qi, kr, scale):
+    """(Σ_t qi[t]·kr[t]) · scale: one position's score from its key row as stored, so it depends
+    on no other position, row or call. Summed across vector lanes: the keys transposed a tile at a
+    time (a sum per position on its own lane) spent more on the scalar transpose than on the
+    products, 7 of 20 ms a layer at depth 16K on one thread."""
+    a = np.float32(0.0)
     for t in range(qi.shape[0]):
-        qt = qi[t]
-        kr = kt[t]
-        for j in range(L):
-            out[j] += qt * kr[j]
-    for j in range(L):
-        out[j] *= scale
+        a += qi[t] * kr[t]
+    return a * scale
 
 
 @njit(parallel=True, cache=True, fastmath=_FM)
@@ -68,17 +66,12 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
         e = np.empty(L, np.float32)
         bits = np.empty(L, np.int32)
         _zero(pacc[h, c])
-        kt = np.empty((d, TILE), np.float32)  # a tile of keys transposed: scores are then vector
-        for p in range(0, L, TILE):  # code over positions, with no sum across lanes per (key, query)
-            tl = min(TILE, L - p)
-            for j in range(tl):
-                kr = K[h, p0 + p + j]
-                for t in range(d):
-                    kt[t, j] = kr[t]
+        for j in range(L):  # a key row, hot for every query row and head that sees it
+            kr = K[h, p0 + j]
             for r in range(n):
-                Lt = min(tl, max(0, limits[r] - p0 - p))
-                for gi in range(g):
-                    _scores(q[r, h * g + gi], kt, Lt, scale, s[r * g + gi, p:p + tl])
+                if p0 + j < limits[r]:
+                    for gi in range(g):
+                        s[r * g + gi, j] = _score(q[r, h * g + gi], kr, scale)
         for r in range(n):
             Lr = min(L, max(0, limits[r] - p0))
             for gi in range(g):
