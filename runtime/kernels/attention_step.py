@@ -53,11 +53,7 @@ def _attention_layer(x, threads, norm_w, eps,
                      n_head, kv_heads, hd, hv, q_norm, k_norm, inv_freq, pos, K, V,
                      ot, ox8, oraw, onb, ots, o_out, oblk,
                      moe_norm_w, router_w, k,
-                     gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-                     dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-                     sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-                     sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-                     gate_inp, gated):
+                     moe, gate_inp, gated):
     """`steps.causal_layer` for the one row x (1, hidden) of an attention layer at position
     `pos`: the new row (1, hidden); its K and V are written into the cache K, V."""
     hidden = x.shape[1]
@@ -95,11 +91,7 @@ def _attention_layer(x, threads, norm_w, eps,
     for i in range(hidden):
         x1[0, i] = x[0, i] + out[0, i]
     return _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
-                         gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-                         dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-                         sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-                         sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-                         gate_inp, gated)
+                         moe, gate_inp, gated)
 
 
 class Plan:
@@ -146,4 +138,4 @@ class Plan:
                                 vt, vx8 and eight, vraw, vnb, vts, v_out, vblk,
                                 n_head, kv_heads, hd, hv, self.q_norm, self.k_norm, self.inv_freq, pos, K, V,
                                 ot, ox8 and eight, oraw, onb, ots, o_out, oblk,
-                                self.moe_norm, self.router, m.k, *m.arguments(eight), m.gate_inp, m.gated)
+                                self.moe_norm, self.router, m.k, m.arguments(eight), m.gate_inp, m.gated)

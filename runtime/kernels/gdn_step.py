@@ -42,11 +42,7 @@ def _gdn_layer(x, threads, norm_w, eps,
                n_conv, vh, vd, ring, taps, dt_bias, ssm_a, S, ssm_norm, k_heads, dk,
                ot, ox8, oraw, onb, ots, o_out, oblk,
                moe_norm_w, router_w, k,
-               gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-               dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-               sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-               sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-               gate_inp, gated):
+               moe, gate_inp, gated):
     """`steps.causal_layer` for the one row x (1, hidden) of a GDN layer whose input projections
     are one matrix, or two (qkv, then z | beta | alpha: jn_out > 0): the new row (1, hidden); the
     ring and S advance in place."""
@@ -78,11 +74,7 @@ def _gdn_layer(x, threads, norm_w, eps,
     for i in range(hidden):
         x1[0, i] = x[0, i] + o[0, i]
     return _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
-                         gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-                         dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-                         sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-                         sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-                         gate_inp, gated)
+                         moe, gate_inp, gated)
 
 
 _NO_REST = (2, False, _NO_MATRIX, 0, 0, 0, 0, 32)  # no second input matrix (Q4_0's type number, no rows)
@@ -135,4 +127,4 @@ class Plan:
                           jt, jx8 and eight, jraw, jnb, jts, jn_out, jblk,
                           n_conv, vh, vd, ring, self.taps, self.dt_bias, self.ssm_a, S, self.ssm_norm, k_heads, dk,
                           ot, ox8 and eight, oraw, onb, ots, o_out, oblk,
-                          self.moe_norm, self.router, m.k, *m.arguments(eight), m.gate_inp, m.gated)
+                          self.moe_norm, self.router, m.k, m.arguments(eight), m.gate_inp, m.gated)

@@ -126,27 +126,18 @@ def _moe_row(h, logits, k, threads,
 
 
 @njit(cache=True)
-def _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
-                  gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-                  dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-                  sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-                  sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-                  gate_inp, gated):
+def _residual_moe(x1, eps, threads, moe_norm_w, router_w, k, moe, gate_inp, gated):
     """A layer's second half for its one row x1 (1, hidden) after the mixer's residual, as
     `steps.causal_layer` takes it: x1 + MoE(RMSNorm(x1)), the router's float32 product included.
-    Adds into x1 and returns it."""
+    `moe`: the products' arguments as one tuple (`Plan.arguments`), so the one-call layers pass
+    them through without naming them. Adds into x1 and returns it."""
     hidden = x1.shape[1]
     h2 = np.empty((1, hidden), np.float32)
     _norm_serial(x1, moe_norm_w, eps, h2)
     logits = np.empty((1, router_w.shape[0]), np.float32)
     _f32_rows(h2, router_w, logits)
     out = np.empty((1, hidden), np.float32)
-    _moe_row(h2, logits, k, threads,
-             gu_t, gu_x8, gu_raw, gu_nb, gu_ts, gu_eb, gu_out, gu_blk,
-             dn_t, dn_x8, dn_raw, dn_nb, dn_ts, dn_eb, dn_out, dn_blk,
-             sh, su_t, su_x8, su_raw, su_nb, su_ts, su_out, su_blk,
-             sd_t, sd_x8, sd_raw, sd_nb, sd_ts, sd_out, sd_blk,
-             gate_inp, gated, out)
+    _moe_row(h2, logits, k, threads, *moe, gate_inp, gated, out)
     for i in range(hidden):
         x1[0, i] += out[0, i]
     return x1
