@@ -86,11 +86,7 @@ def _attention_layer(x, threads, norm_w, eps,
     flat = o.reshape(-1)
     for i in range(n_head * hv):
         y[0, i] = flat[i] * sig[i]
-    out = _dense(ot, ox8, oraw, onb, ots, o_out, oblk, y, threads)
-    x1 = np.empty((1, hidden), np.float32)
-    for i in range(hidden):
-        x1[0, i] = x[0, i] + out[0, i]
-    return _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
+    return _residual_moe(x, y, ot, ox8, oraw, onb, ots, o_out, oblk, eps, threads, moe_norm_w, router_w, k,
                          moe, gate_inp, gated)
 
 

@@ -69,11 +69,7 @@ def _gdn_layer(x, threads, norm_w, eps,
     for t in range(ring.shape[0]):
         for c in range(ring.shape[1]):
             ring[t, c] = ring_new[t, c]
-    o = _dense(ot, ox8, oraw, onb, ots, o_out, oblk, mixed, threads)
-    x1 = np.empty((1, hidden), np.float32)
-    for i in range(hidden):
-        x1[0, i] = x[0, i] + o[0, i]
-    return _residual_moe(x1, eps, threads, moe_norm_w, router_w, k,
+    return _residual_moe(x, mixed, ot, ox8, oraw, onb, ots, o_out, oblk, eps, threads, moe_norm_w, router_w, k,
                          moe, gate_inp, gated)
 
 

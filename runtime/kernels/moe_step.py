@@ -126,12 +126,18 @@ def _moe_row(h, logits, k, threads,
 
 
 @njit(cache=True)
-def _residual_moe(x1, eps, threads, moe_norm_w, router_w, k, moe, gate_inp, gated):
-    """A layer's second half for its one row x1 (1, hidden) after the mixer's residual, as
-    `steps.causal_layer` takes it: x1 + MoE(RMSNorm(x1)), the router's float32 product included.
-    `moe`: the products' arguments as one tuple (`Plan.arguments`), so the one-call layers pass
-    them through without naming them. Adds into x1 and returns it."""
-    hidden = x1.shape[1]
+def _residual_moe(x, y, ot, ox8, oraw, onb, ots, o_out, oblk, eps, threads, moe_norm_w, router_w, k, moe,
+                  gate_inp, gated):
+    """The end of a decode row's layer, as `steps.causal_layer` takes it, shared by the GDN and
+    attention layers: x1 = x + the output projection (ot...oblk) of the mixer's row y, then
+    x1 + MoE(RMSNorm(x1)), the router's float32 product included. `moe`: the products'
+    arguments as one tuple (`Plan.arguments`), so the one-call layers pass them through without
+    naming them. Returns the new row (1, hidden)."""
+    o = _dense(ot, ox8, oraw, onb, ots, o_out, oblk, y, threads)
+    hidden = x.shape[1]
+    x1 = np.empty((1, hidden), np.float32)
+    for i in range(hidden):
+        x1[0, i] = x[0, i] + o[0, i]
     h2 = np.empty((1, hidden), np.float32)
     _norm_serial(x1, moe_norm_w, eps, h2)
     logits = np.empty((1, router_w.shape[0]), np.float32)
