@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 from clover_runtime.kernels import set_threads
 from clover_runtime.loader import load_model
 from clover_runtime.synth import SynthSpec, write_model
@@ -51,6 +52,13 @@ def synth_model(directory: Path, quant: str = "F32", *, preset: str = "small", *
     if not path.exists():
         write_model(path, SynthSpec.preset(preset, quant=quant, **overrides))
     return path
+
+
+def one_call_cases(test):
+    """The cases a one-call layer test runs: the quant mixes whose layers take it, at one and two
+    threads, with the eight-row pass on and off (arguments quant, threads, x8)."""
+    test = pytest.mark.parametrize("threads, x8", [(1, "on"), (1, "off"), (2, "on")])(test)
+    return pytest.mark.parametrize("quant", ["Q4_K", "Q4_K_M", "Q8_0"])(test)
 
 
 @contextmanager

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 from clover_runtime.engine import steps
 from clover_runtime.engine.layers import AttentionLayer
-from engine_models import one_call_model, own_copies
+from engine_models import one_call_cases, one_call_model, own_copies
 
 pytest.importorskip("clover_runtime.kernels.attention_step")
 
 
-@pytest.mark.parametrize("quant", ["Q4_K", "Q4_K_M", "Q8_0"])
-@pytest.mark.parametrize("threads, x8", [(1, "on"), (1, "off"), (2, "on")])
+@one_call_cases
 def test_an_attention_layer_in_one_call_has_the_step_by_step_bits(monkeypatch, quant, threads, x8):
     with one_call_model(monkeypatch, quant, threads, x8) as model:
         cfg = model.config

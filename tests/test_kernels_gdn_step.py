@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 from clover_runtime.engine import steps
 from clover_runtime.loader import load_model
-from engine_models import one_call_model, own_copies
+from engine_models import one_call_cases, one_call_model, own_copies
 from synth_models import small_model_path
 
 pytest.importorskip("clover_runtime.kernels.gdn_step")
 
 
-@pytest.mark.parametrize("quant", ["Q4_K", "Q4_K_M", "Q8_0"])
-@pytest.mark.parametrize("threads, x8", [(1, "on"), (1, "off"), (2, "on")])
+@one_call_cases
 def test_a_gdn_layer_in_one_call_has_the_step_by_step_bits(monkeypatch, quant, threads, x8):
     with one_call_model(monkeypatch, quant, threads, x8) as model:
         cfg = model.config
