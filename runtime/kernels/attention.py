@@ -129,6 +129,16 @@ def _attend(q, K, V, M, limits, scale, chunk, out):
                     o[t] /= tot
 
 
+@njit(cache=True)
+def chunk_of(capacity, kv_heads, threads):
+    """`_attend`'s positions per work item: cut by the cache's capacity, not by the rows' lengths,
+    so a row's chunks (and so its bits) do not depend on the other rows of the call; a few items
+    per thread even out the load at full length. One function for every caller: a drift in it
+    would change a row's bits between paths."""
+    items = max(1, 4 * threads // kv_heads)
+    return max(MIN_CHUNK, (capacity + items - 1) // items)
+
+
 def attend_cache(q: np.ndarray, K: np.ndarray, V: np.ndarray, limits: np.ndarray) -> np.ndarray:
     """Attention of q (n, heads, d) over a KV cache K (kv_heads, capacity, d), V (kv_heads,
     capacity, dv), both C-contiguous: row r sees the first limits[r] positions; query head h uses
@@ -144,12 +154,8 @@ def attend_cache(q: np.ndarray, K: np.ndarray, V: np.ndarray, limits: np.ndarray
     m = int(limits.max(initial=0))
     if m > K.shape[1] or (n and limits.min() < 0):
         raise ValueError(f"limits must lie in 0..{K.shape[1]}")
-    # chunks cut by the cache's capacity, not by the rows' lengths: a row's chunks do not depend on
-    # the other rows of the call (a few items per thread even out the load at full length)
-    items = max(1, 4 * current_threads() // kvh)
-    chunk = max(MIN_CHUNK, -(-K.shape[1] // items))
     out = np.empty((n, heads, V.shape[2]), np.float32)
-    _attend(q, K, V, m, limits, np.float32(1.0 / np.sqrt(d)), chunk, out)
+    _attend(q, K, V, m, limits, np.float32(1.0 / np.sqrt(d)), chunk_of(K.shape[1], kvh, current_threads()), out)
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .act import _CHUNK, _sigmoid_flat, _sigmoid_small
-from .attention import MIN_CHUNK, _attend, _rope
+from .attention import _attend, _rope, chunk_of
 from .jit import current_threads, njit
 from .moe_step import Plan as MoEPlan
 from .moe_step import _dense, _fields, _residual_moe, float_router, integer_matrix
@@ -73,10 +73,9 @@ def _attention_layer(x, threads, norm_w, eps,
             K[hh, pos, t] = kr[0, hh, t]
         for t in range(hv):
             V[hh, pos, t] = vv[0, hh * hv + t]
-    items = max(1, 4 * threads // kv_heads)
-    chunk = max(MIN_CHUNK, (K.shape[1] + items - 1) // items)
     o = np.empty((1, n_head, hv), np.float32)
-    _attend(q, K, V, pos + 1, np.array([pos + 1], np.int64), np.float32(1.0 / np.sqrt(hd)), chunk, o)
+    _attend(q, K, V, pos + 1, np.array([pos + 1], np.int64), np.float32(1.0 / np.sqrt(hd)),
+            chunk_of(K.shape[1], kv_heads, threads), o)
     sig = np.empty(n_head * hd, np.float32)
     if gate.shape[0] <= _CHUNK:
         _sigmoid_small(gate, sig)
