@@ -10,10 +10,16 @@ row in a batch of two takes `idot_rows`' two-row pass, whose bits equal its one-
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from clover_runtime.kernels import set_threads
 from clover_runtime.kernels.gemv_x8 import fused_form
+from clover_runtime.kernels.intdot import vnni
 from clover_runtime.kernels.matmul import prepare
 from clover_runtime.quants import dequantize_rows, quantize
 from gguf.constants import GGMLQuantizationType as T
@@ -60,6 +66,86 @@ def test_expert_rows_alone_have_their_bits_in_a_batch(threads, t):
     for i in range(2):
         alone = m.moe(x[i:i + 1], ids[i:i + 1])[0]
         assert np.array_equal(alone, y[i])
+
+
+def _extreme_k(t, n_out: int, n_in: int) -> np.ndarray:
+    """Q4_K/Q5_K rows whose every weight is the format's largest value (nibbles 15, Q5_K's fifth
+    bit set: 31) and every scale and minimum 63: each sum of four products meets x = +-127 at
+    4 x 31 x 127, the most the VNNI form's 16-bit step holds."""
+    size = {T.Q4_K: 144, T.Q5_K: 176}[t]
+    blocks = np.full((n_out * n_in // 256, size), 0xFF, np.uint8)
+    blocks[:, 0:4] = np.array([2e-3, 1e-3], np.float16).view(np.uint8)  # d, dmin
+    return blocks.reshape(-1)
+
+
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q5_K])
+def test_the_largest_sums_keep_their_bits(threads, t):
+    n_out, n_in = 128, 512  # runs of 8 rows or more at 1 and 2 threads: the eight-row pass
+    raw = _extreme_k(t, n_out, n_in)
+    m = prepare(raw, t, n_out, n_in, 1)
+    x = np.full((2, n_in), 3.0, np.float32)
+    x[:, 256:] = -3.0  # every activation quantizes to exactly +-127
+    alone = m.matmul(x[:1])
+    assert np.array_equal(alone[0], m.matmul(x)[0])
+    reference = x[:1].astype(np.float64) @ dequantize_rows(raw, t, n_in, slice(0, n_out)).astype(np.float64).T
+    np.testing.assert_allclose(alone, reference, rtol=1e-5, atol=1e-3)
+
+
+_SECOND_FORM = '''
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from test_kernels_gemv_x8 import _products
+from clover_runtime.kernels.intdot import vnni
+data = dict(np.load(sys.argv[1]))
+out = _products(data)
+out["vnni"] = np.array(vnni())
+np.savez(sys.argv[2], **out)
+'''
+
+
+def _products(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each matrix of `data` times its first activation row alone (the eight-row pass where the
+    type has it) and times three rows (the one-row pass), at one thread."""
+    out = {}
+    set_threads(1)
+    try:
+        for key in [k for k in data if k.startswith("w")]:
+            t, n_out, n_in = key[1:].split("-")
+            m = prepare(data[key], T[t], int(n_out), int(n_in), 1)
+            x = data["x" + n_in]
+            out[key + "-alone"], out[key + "-three"] = m.matmul(x[:1]), m.matmul(x)
+    finally:
+        set_threads(None)
+    return out
+
+
+@pytest.mark.skipif(not (fused_form(T.Q4_K) and vnni()), reason="this host has no VNNI form to compare")
+def test_the_vnni_forms_give_the_two_step_forms_bits(tmp_path: Path, monkeypatch) -> None:
+    """On VNNI hosts the K-quant passes sum a part's products by fours (`vpdpbusd`), elsewhere by
+    pairs then by the scale (`vpmaddubsw`, `vpmaddwd`): the same integers, so the same bits, in
+    the eight-row pass and the one-row pass. The second form runs in a process of its own
+    (CLOVER_SIMD=novnni, its own kernel cache)."""
+    rng = np.random.default_rng(21)
+    data: dict[str, np.ndarray] = {}
+    for t in (T.Q4_K, T.Q5_K, T.Q6_K):
+        for n_out, n_in in ((64, 256), (96, 2048), (128, 512)):  # runs of 8+ rows at 1 thread
+            data[f"w{t.name}-{n_out}-{n_in}"] = _matrix(rng, t, n_out, n_in)[0]
+    for t in (T.Q4_K, T.Q5_K):
+        data[f"w{t.name}-136-512"] = _extreme_k(t, 136, 512)
+    for n_in in (256, 512, 2048):
+        data[f"x{n_in}"] = (rng.standard_normal((3, n_in)) * 4).astype(np.float32)
+    np.savez(tmp_path / "in.npz", **data)
+    env = {**os.environ, "CLOVER_SIMD": "novnni", "CLOVER_X8": "on", "NUMBA_CACHE_DIR": str(tmp_path / "kernels")}
+    subprocess.run([sys.executable, "-c", _SECOND_FORM, str(tmp_path / "in.npz"), str(tmp_path / "out.npz"),
+                    str(Path(__file__).parent)], env=env, check=True, timeout=600)
+    other = np.load(tmp_path / "out.npz")
+    assert not bool(other["vnni"])  # the other process really ran the two-step form
+    monkeypatch.setenv("CLOVER_X8", "on")
+    here = _products(data)
+    assert set(here) == set(other.files) - {"vnni"} and len(here) == 22
+    for key, value in here.items():
+        np.testing.assert_array_equal(value, other[key], err_msg=key)
 
 
 def test_k_quants_take_the_eight_row_form_where_it_measured_faster(monkeypatch):

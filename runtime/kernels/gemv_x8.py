@@ -8,6 +8,12 @@ register (row 2t's 32 weights of a sub-block in the low half, row 2t+1's in the 
 one multiply-add serves two rows, one broadcast of the activations serves eight, and the float
 steps run on sixteen lanes (two rows) at a time.
 
+On AVX-512 VNNI hosts a sub-block's products are summed by fours in one `vpdpbusd` (each sum
+fits an i16), two sub-blocks' sums of a lane are joined as a dword of two i16 and multiplied by
+their two scales in one `vpmaddwd`: three multiply-add instructions for two sub-blocks and two
+rows, not four (`CLOVER_SIMD=novnni` keeps the two-step form). On a Zen 4 that read a Q4_K matrix
+~9 % faster at one thread (24.4 → 26.7 GB/s from L2).
+
 The bits are `idot_rows`'s: lane l of a row's integer sum gathers the same products (bytes 4l to
 4l+3 of every sub-block, scaled), integers add exactly in any grouping, and the float steps (one
 conversion, fma by d x dx, then by -dmin x dx, per block and lane, then the same 8-lane reduction
@@ -30,10 +36,12 @@ from numba.extending import intrinsic
 from ..quants.formats import Q4_K, Q5_K
 from .intdot import (
     INT_GEOMETRY,
+    _dpbusd,
     _prefetch,
     _x86,
     activation_rows,
     row_sums,
+    vnni,
     x86_avx512,
 )
 from .simd import _Block, _i64, _literal, _reduce, _vec, _vfma, k_scales_of
@@ -85,6 +93,21 @@ def _widen(b: ir.IRBuilder, v: ir.Value, idx: list[int]) -> ir.Value:
     return b.bitcast(_x86(b, "llvm.x86.avx512.pshuf.b.512", _vec(_I8, 64), wide, control), _vec(_I16, 32))
 
 
+def _group_dp(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, x_lo: ir.Value, x_hi: ir.Value, sc: ir.Value,
+              g: int) -> ir.Value:
+    """Sub-blocks 2g (lo) and 2g + 1 (hi) of rows 2t and 2t+1 times their scales, <16 x i32>:
+    each sub-block's sums of four in one `vpdpbusd` (|sum| < 2^14, so an i16 holds it), the
+    two sub-blocks' sums of lane l joined as two i16 in dword l, and one `vpmaddwd` by the
+    scale pair. Lane l gets the same integer as two `vpmaddubsw`/`vpmaddwd` steps."""
+    zero = ir.Constant(_vec(_I32, 16), [0] * 16)
+    p_lo = b.bitcast(_dpbusd(b, zero, lo, x_lo), _vec(_I16, 32))
+    p_hi = b.bitcast(_dpbusd(b, zero, hi, x_hi), _vec(_I16, 32))
+    pairs = [c for i in range(16) for c in (2 * i, 32 + 2 * i)]  # dword l: (lo's sum l, hi's sum l)
+    joined = b.shuffle_vector(p_lo, p_hi, ir.Constant(_vec(_I32, 32), pairs))
+    w = _widen(b, sc, [8 * (i // 16) + 2 * g + i % 2 for i in range(32)])
+    return _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), joined, w)
+
+
 def _pair_k(tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block, xs: list[ir.Value], sums: ir.Value,
             dx4: ir.Value, acc: ir.Value) -> ir.Value:
     """One Q4_K or Q5_K block of rows 2t and 2t+1 into their accumulator (`intdot._blk_q45k`'s
@@ -93,18 +116,24 @@ def _pair_k(tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block, xs: list[ir.Value]
     sc, mn = _scale_bytes2(b, k0, k1)
     qh = _join(b, k0.bytes(16, 32), k1.bytes(16, 32)) if tv == Q5_K else None
     first = 16 if tv == Q4_K else 48
-    chains: list[ir.Value | None] = [None] * 4  # four sums of two sub-blocks: a chain of eight
+    parts = []  # <16 x i32> products of sub-blocks and scales, summed in chains below
     for g in range(4):
         q = _join(b, k0.bytes(first + 32 * g, 32), k1.bytes(first + 32 * g, 32))
         lo, hi = k0.and8(q, 15), k0.shr8(q, 4)
         if qh is not None:
             lo = b.or_(lo, k0.shl8(k0.and8(k0.shr8(qh, 2 * g), 1), 4))
             hi = b.or_(hi, k0.shl8(k0.and8(k0.shr8(qh, 2 * g + 1), 1), 4))
-        for j, v in ((2 * g, lo), (2 * g + 1, hi)):
-            part = _madd512(b, v, xs[j], _widen(b, sc, [j] * 16 + [8 + j] * 16))
-            c = chains[j % 4]
-            chains[j % 4] = part if c is None else b.add(c, part)
-    isum = b.add(b.add(chains[0], chains[1]), b.add(chains[2], chains[3]))
+        if vnni():
+            parts.append(_group_dp(b, lo, hi, xs[2 * g], xs[2 * g + 1], sc, g))
+        else:
+            parts += [_madd512(b, v, xs[j], _widen(b, sc, [j] * 16 + [8 + j] * 16))
+                      for j, v in ((2 * g, lo), (2 * g + 1, hi))]
+    chains = [parts[i] for i in range(len(parts) // 2)]  # half as many chains as parts: each adds two
+    for i, part in enumerate(parts[len(chains):]):
+        chains[i] = b.add(chains[i], part)
+    while len(chains) > 1:
+        chains = [b.add(chains[i], chains[i + 1]) for i in range(0, len(chains), 2)]
+    isum = chains[0]
     mins = _widen(b, mn, [i // 2 for i in range(16)] + [8 + i // 2 for i in range(16)])
     msum = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), sums, mins)
     halfs = _join(b, *(b.bitcast(k.bytes(0, 4), _vec(ir.HalfType(), 2)) for k in (k0, k1)))

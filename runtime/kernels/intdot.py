@@ -69,6 +69,15 @@ def x86_avx512() -> bool:
     return bool(llb.get_host_cpu_features().get("avx512bw"))
 
 
+@functools.cache
+def vnni() -> bool:
+    """Whether the integer sums of the pair kernel and the eight-row pass use `vpdpbusd` (an AVX-512 VNNI host, unless
+    CLOVER_SIMD is avx2 or novnni); the same integers either way."""
+    if os.environ.get("CLOVER_SIMD", "").strip().lower() == "novnni":
+        return False
+    return x86_avx512() and bool(llb.get_host_cpu_features().get("avx512vnni"))
+
+
 def simd_instructions() -> tuple[str, ...]:
     """The integer multiply-accumulate instructions the kernels use on this machine (for reports)."""
     if not x86_avx2():
@@ -155,6 +164,12 @@ def _scaled(k: _Block, acc: ir.Value, isum: ir.Value, scale: ir.Value) -> ir.Val
 # One weight block against R rows: each returns the R updated <8 x float> accumulators.
 # `col` is the block's first weight index, `blk` its index in the row.
 
+def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
+    """acc + (<64 x u8> u times <64 x i8> s, fours summed): <16 x i32>, exact here (no sum nears 2^31)."""
+    i32x16 = _vec(_I32, 16)
+    return _x86(b, "llvm.x86.avx512.vpdpbusd.512", i32x16, acc, b.bitcast(u, i32x16), b.bitcast(s, i32x16))
+
+
 def _halves(b: ir.IRBuilder, wide: ir.Value) -> tuple[ir.Value, ir.Value]:
     """The low and high <8 x i32> halves of a 512-bit <16 x i32> sum."""
     return tuple(b.shuffle_vector(wide, wide, ir.Constant(_vec(_I32, 8), list(range(h, h + 8)))) for h in (0, 8))
@@ -226,9 +241,8 @@ def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: i
     b = k.b
     d, dmin = k.f16(0), k.f16(2)
     sc, mn = _k_scale_ints(k)
-    vals = _q45k_values(tv, k)
-    scales = [_splat16(k, sc, [j] * 16) for j in range(8)]
-    vals, scales = _paired(b, vals, scales)
+    vals = _paired(b, _q45k_values(tv, k))
+    scales = _part_scales(b, sc, lambda j, lane: j)
     mins = _splat16(k, mn, [j // 2 for j in range(16)])
     neg_dmin = b.fneg(dmin)
     out = []
@@ -244,8 +258,22 @@ def _blk_q45k(tv: int, k: _Block, rows: list[_Row], accs: list[ir.Value], col: i
 def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Value],
                     scales: list[ir.Value]) -> ir.Value:
     """Σ over a 256-value K-quant block of scale_j · (weights_j · x_j), eight 32-value parts, in
-    <8 x i32> lanes. With `_paired` operands (four 64-value parts) the 512-bit instructions run and
-    the two halves are added at the end: the same integers either way."""
+    <8 x i32> lanes (`_paired` values and `_part_scales` scales). The 512-bit forms take two parts
+    a register and add the two halves at the end; with VNNI each pair of parts' sums of four
+    come from one `vpdpbusd` and two such registers are joined, a lane's two sums as two i16, for
+    one `vpmaddwd` by the scales: the same integers in every form."""
+    if len(scales) == 2:
+        zero = ir.Constant(_vec(_I32, 16), [0] * 16)
+        ps = [b.bitcast(_dpbusd(b, zero, vals[g], row.values64(b.add(col, ir.Constant(_I64, 64 * g)))),
+                        _vec(_I16, 32)) for g in range(4)]
+        wide = None
+        for h in range(2):
+            # i16 m: dword d = m // 2 takes lane d % 8 + 8 (m % 2) of register 2h + d // 8
+            idx = [32 * ((m // 2) // 8) + 2 * ((m // 2) % 8 + 8 * (m % 2)) for m in range(32)]
+            joined = b.shuffle_vector(ps[2 * h], ps[2 * h + 1], ir.Constant(_vec(_I32, 32), idx))
+            part = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), joined, scales[h])
+            wide = part if wide is None else b.add(wide, part)
+        return b.add(*_halves(b, wide))
     if len(vals) == 4:
         wide = None
         for g in range(4):
@@ -262,17 +290,30 @@ def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Val
     return isum
 
 
-def _paired(b: ir.IRBuilder, vals: list[ir.Value], scales: list[ir.Value]) -> tuple[list[ir.Value], list[ir.Value]]:
-    """The eight sub-blocks' values and scales joined two by two for `_superblock_dot`'s 512-bit
-    form (sub-blocks 2g and 2g+1 meet 64 consecutive activations), on hosts where it runs."""
+def _paired(b: ir.IRBuilder, vals: list[ir.Value]) -> list[ir.Value]:
+    """The eight parts' values joined two by two for `_superblock_dot`'s 512-bit forms (parts 2g
+    and 2g+1 meet 64 consecutive activations), on hosts where they run."""
     if not x86_avx512():
-        return vals, scales
+        return vals
+    n = vals[0].type.count
+    return [b.shuffle_vector(vals[2 * g], vals[2 * g + 1], ir.Constant(_vec(_I32, 2 * n), list(range(2 * n))))
+            for g in range(4)]
 
-    def join(pair: list[ir.Value]) -> ir.Value:
-        n = pair[0].type.count
-        return b.shuffle_vector(pair[0], pair[1], ir.Constant(_vec(_I32, 2 * n), list(range(2 * n))))
 
-    return [join(vals[2 * g:2 * g + 2]) for g in range(4)], [join(scales[2 * g:2 * g + 2]) for g in range(4)]
+def _part_scales(b: ir.IRBuilder, sc: ir.Value, index) -> list[ir.Value]:
+    """The scales of a block's eight 32-value parts as `_superblock_dot` takes them on this host,
+    from the <n x i16> sc: index(j, l) is the scale of part j's sum lane l (four values).
+    Eight <16 x i16> (256-bit), four <32 x i16> of two parts (512-bit), or with VNNI two <32 x
+    i16> whose dword l (< 8) holds the scales of parts 4h and 4h+1 at lane l, dword 8 + l those
+    of parts 4h+2 and 4h+3."""
+    def pick(idx: list[int]) -> ir.Value:
+        return b.shuffle_vector(sc, sc, ir.Constant(_vec(_I32, len(idx)), idx))
+
+    if not x86_avx512():
+        return [pick([index(j, i // 2) for i in range(16)]) for j in range(8)]
+    if not vnni():
+        return [pick([index(2 * g + i // 16, (i % 16) // 2) for i in range(32)]) for g in range(4)]
+    return [pick([index(4 * h + 2 * ((m // 2) // 8) + m % 2, (m // 2) % 8) for m in range(32)]) for h in range(2)]
 
 
 def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
@@ -280,7 +321,7 @@ def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
     b = k.b
     d = k.f16(208)
     sc = b.sext(k.bytes(192, 16), _vec(_I16, 16))
-    vals, scales = [], []
+    vals = []
     for h in range(2):
         ql0, ql1, qh = k.bytes(64 * h, 32), k.bytes(64 * h + 32, 32), k.bytes(128 + 32 * h, 32)
         vals += [
@@ -289,10 +330,8 @@ def _blk_q6k(k: _Block, rows: list[_Row], accs: list[ir.Value], col: ir.Value,
             b.or_(k.shr8(ql0, 4), k.shl8(k.and8(k.shr8(qh, 4), 3), 4)),
             b.or_(k.shr8(ql1, 4), k.shl8(k.shr8(qh, 6), 4)),
         ]
-        for i in range(4):
-            s = 8 * h + 2 * i
-            scales.append(k.shuffle(sc, [s] * 8 + [s + 1] * 8))
-    vals, scales = _paired(b, vals, scales)
+    vals = _paired(b, vals)
+    scales = _part_scales(b, sc, lambda j, lane: 2 * j + (lane >= 4))  # a scale per 16 values
     five = ir.Constant(_vec(_I32, 8), [5] * 8)
     out = []
     for row, acc in zip(rows, accs, strict=True):

@@ -23,10 +23,6 @@ passes, so callers need not ask.
 
 from __future__ import annotations
 
-import functools
-import os
-
-from llvmlite import binding as llb
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -34,7 +30,7 @@ from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q8_0
 from .gemv_x8 import _join, _lanes
-from .intdot import INT_GEOMETRY, _prefetch, _w32, _x86, activation_rows, row_sums, x86_avx512
+from .intdot import INT_GEOMETRY, _dpbusd, _prefetch, _w32, _x86, activation_rows, row_sums, vnni, x86_avx512
 from .simd import _Block, _i64, _literal, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
@@ -44,24 +40,9 @@ PAIR_WEIGHT_ROWS = (4,)  # weight rows per pass, two a register (the rest take t
 PAIR_ROWS = (8, 4, 2)  # activation rows per pass (a single row keeps the one-row or eight-row pass)
 
 
-@functools.cache
-def vnni() -> bool:
-    """Whether the pair kernel's integer sums are `vpdpbusd` (an AVX-512 VNNI host, unless
-    CLOVER_SIMD is avx2 or novnni); the same integers either way."""
-    if os.environ.get("CLOVER_SIMD", "").strip().lower() == "novnni":
-        return False
-    return x86_avx512() and bool(llb.get_host_cpu_features().get("avx512vnni"))
-
-
 def pair_form(t: int) -> bool:
     """Whether type t has the two-rows-a-register form on this host (else two one-row passes)."""
     return t in PAIR_TYPES and x86_avx512()
-
-
-def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
-    """acc + (<64 x u8> u times <64 x i8> s, fours summed): <16 x i32>, exact here (no sum nears 2^31)."""
-    i32x16 = _vec(_I32, 16)
-    return _x86(b, "llvm.x86.avx512.vpdpbusd.512", i32x16, acc, b.bitcast(u, i32x16), b.bitcast(s, i32x16))
 
 
 def _unsigned(tv: int, k: _Block) -> ir.Value:
