@@ -10,9 +10,6 @@ row in a batch of two takes `idot_rows`' two-row pass, whose bits equal its one-
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ from clover_runtime.kernels.intdot import vnni
 from clover_runtime.kernels.matmul import prepare
 from clover_runtime.quants import dequantize_rows, quantize
 from gguf.constants import GGMLQuantizationType as T
+from novnni_form import novnni_products
 
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
@@ -91,19 +89,6 @@ def test_the_largest_sums_keep_their_bits(threads, t):
     np.testing.assert_allclose(alone, reference, rtol=1e-5, atol=1e-3)
 
 
-_SECOND_FORM = '''
-import sys
-import numpy as np
-sys.path.insert(0, sys.argv[3])
-from test_kernels_gemv_x8 import _products
-from clover_runtime.kernels.intdot import vnni
-data = dict(np.load(sys.argv[1]))
-out = _products(data)
-out["vnni"] = np.array(vnni())
-np.savez(sys.argv[2], **out)
-'''
-
-
 def _products(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Each matrix of `data` times its first activation row alone (the eight-row pass where the
     type has it) and times three rows (the one-row pass), at one thread."""
@@ -135,15 +120,10 @@ def test_the_vnni_forms_give_the_two_step_forms_bits(tmp_path: Path, monkeypatch
         data[f"w{t.name}-136-512"] = _extreme_k(t, 136, 512)
     for n_in in (256, 512, 2048):
         data[f"x{n_in}"] = (rng.standard_normal((3, n_in)) * 4).astype(np.float32)
-    np.savez(tmp_path / "in.npz", **data)
-    env = {**os.environ, "CLOVER_SIMD": "novnni", "CLOVER_X8": "on", "NUMBA_CACHE_DIR": str(tmp_path / "kernels")}
-    subprocess.run([sys.executable, "-c", _SECOND_FORM, str(tmp_path / "in.npz"), str(tmp_path / "out.npz"),
-                    str(Path(__file__).parent)], env=env, check=True, timeout=600)
-    other = np.load(tmp_path / "out.npz")
-    assert not bool(other["vnni"])  # the other process really ran the two-step form
+    other = novnni_products(tmp_path, "test_kernels_gemv_x8", data, CLOVER_X8="on")
     monkeypatch.setenv("CLOVER_X8", "on")
     here = _products(data)
-    assert set(here) == set(other.files) - {"vnni"} and len(here) == 22
+    assert set(here) == set(other) and len(here) == 22
     for key, value in here.items():
         np.testing.assert_array_equal(value, other[key], err_msg=key)
 

@@ -8,17 +8,16 @@ The second form is compiled in a second process with CLOVER_SIMD=novnni and its 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from clover_runtime.kernels import matmul, moe_matmul
-from clover_runtime.kernels.pair_rows import pair_form, vnni
+from clover_runtime.kernels.intdot import vnni
+from clover_runtime.kernels.pair_rows import pair_form
 from clover_runtime.quants import quantize
 from gguf.constants import GGMLQuantizationType as T
+from novnni_form import novnni_products
 
 TYPES = (T.Q8_0, T.Q4_0)
 SHAPES = ((37, 96), (40, 512), (9, 32), (64, 128))  # (out, in): odd and even row counts, 1 to 16 blocks
@@ -65,19 +64,6 @@ def _products(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-_SECOND_FORM = '''
-import sys
-import numpy as np
-sys.path.insert(0, sys.argv[3])
-from test_kernels_pair_rows import _products
-from clover_runtime.kernels.pair_rows import vnni
-data = dict(np.load(sys.argv[1]))
-out = _products(data)
-out["vnni"] = np.array(vnni())
-np.savez(sys.argv[2], **out)
-'''
-
-
 def test_many_rows_give_each_row_the_one_row_bits() -> None:
     data = _inputs(np.random.default_rng(11))
     many = _products(data)
@@ -117,13 +103,8 @@ def test_the_extreme_bytes_are_the_products_of_their_values() -> None:
 @pytest.mark.skipif(not (pair_form(T.Q8_0) and vnni()), reason="this host has no VNNI form to compare")
 def test_the_vnni_form_gives_the_sign_flip_forms_bits(tmp_path: Path) -> None:
     data = _inputs(np.random.default_rng(11))
-    np.savez(tmp_path / "in.npz", **data)
-    env = {**os.environ, "CLOVER_SIMD": "novnni", "NUMBA_CACHE_DIR": str(tmp_path / "kernels")}
-    subprocess.run([sys.executable, "-c", _SECOND_FORM, str(tmp_path / "in.npz"), str(tmp_path / "out.npz"),
-                    str(Path(__file__).parent)], env=env, check=True, timeout=600)
-    other = np.load(tmp_path / "out.npz")
-    assert not bool(other["vnni"])  # the other process really ran the sign-flip form
+    other = novnni_products(tmp_path, "test_kernels_pair_rows", data)
     here = _products(data)
-    assert set(here) == set(other.files) - {"vnni"}
+    assert set(here) == set(other)
     for key, value in here.items():
         np.testing.assert_array_equal(value, other[key], err_msg=key)
