@@ -67,16 +67,20 @@ def test_expert_rows_alone_have_their_bits_in_a_batch(threads, t):
 
 
 def _extreme_k(t, n_out: int, n_in: int) -> np.ndarray:
-    """Q4_K/Q5_K rows whose every weight is the format's largest value (nibbles 15, Q5_K's fifth
-    bit set: 31) and every scale and minimum 63: each sum of four products meets x = +-127 at
-    4 x 31 x 127, the most the VNNI form's 16-bit step holds."""
-    size = {T.Q4_K: 144, T.Q5_K: 176}[t]
+    """K-quant rows whose every weight is the format's largest value (Q4_K's nibbles 15, Q5_K's 31,
+    Q6_K's stored 63) and every scale and minimum its largest (63; Q6_K's 127): each sum of four
+    products meets x = +-127 at up to 4 x 63 x 127, the most the VNNI form's 16-bit step holds."""
+    size = {T.Q4_K: 144, T.Q5_K: 176, T.Q6_K: 210}[t]
     blocks = np.full((n_out * n_in // 256, size), 0xFF, np.uint8)
-    blocks[:, 0:4] = np.array([2e-3, 1e-3], np.float16).view(np.uint8)  # d, dmin
+    if t == T.Q6_K:
+        blocks[:, 192:208] = 127
+        blocks[:, 208:210] = np.array([2e-3], np.float16).view(np.uint8)
+    else:
+        blocks[:, 0:4] = np.array([2e-3, 1e-3], np.float16).view(np.uint8)  # d, dmin
     return blocks.reshape(-1)
 
 
-@pytest.mark.parametrize("t", [T.Q4_K, T.Q5_K])
+@pytest.mark.parametrize("t", [T.Q4_K, T.Q5_K, T.Q6_K])
 def test_the_largest_sums_keep_their_bits(threads, t):
     n_out, n_in = 128, 512  # runs of 8 rows or more at 1 and 2 threads: the eight-row pass
     raw = _extreme_k(t, n_out, n_in)
@@ -116,14 +120,14 @@ def test_the_vnni_forms_give_the_two_step_forms_bits(tmp_path: Path, monkeypatch
     for t in (T.Q4_K, T.Q5_K, T.Q6_K):
         for n_out, n_in in ((64, 256), (96, 2048), (128, 512)):  # runs of 8+ rows at 1 thread
             data[f"w{t.name}-{n_out}-{n_in}"] = _matrix(rng, t, n_out, n_in)[0]
-    for t in (T.Q4_K, T.Q5_K):
+    for t in (T.Q4_K, T.Q5_K, T.Q6_K):
         data[f"w{t.name}-136-512"] = _extreme_k(t, 136, 512)
     for n_in in (256, 512, 2048):
         data[f"x{n_in}"] = (rng.standard_normal((3, n_in)) * 4).astype(np.float32)
     other = novnni_products(tmp_path, "test_kernels_gemv_x8", data, CLOVER_X8="on")
     monkeypatch.setenv("CLOVER_X8", "on")
     here = _products(data)
-    assert set(here) == set(other) and len(here) == 22
+    assert set(here) == set(other) and len(here) == 24
     for key, value in here.items():
         np.testing.assert_array_equal(value, other[key], err_msg=key)
 
