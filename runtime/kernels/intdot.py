@@ -71,18 +71,12 @@ def x86_avx512() -> bool:
 
 @functools.cache
 def vnni() -> bool:
-    """Whether the integer sums of the pair kernel and the eight-row pass use `vpdpbusd` (an AVX-512 VNNI host, unless
-    CLOVER_SIMD is avx2 or novnni); the same integers either way."""
+    """Whether the integer kernels sum products by fours in one `vpdpbusd` (the Q8_0/Q4_0 pair
+    kernel; the K-quant parts of the one-row and eight-row passes): an AVX-512 VNNI host, unless
+    CLOVER_SIMD is avx2 or novnni. The same integers either way."""
     if os.environ.get("CLOVER_SIMD", "").strip().lower() == "novnni":
         return False
     return x86_avx512() and bool(llb.get_host_cpu_features().get("avx512vnni"))
-
-
-def simd_instructions() -> tuple[str, ...]:
-    """The integer multiply-accumulate instructions the kernels use on this machine (for reports)."""
-    if not x86_avx2():
-        return ("portable IR (sext, mul, add pairs)",)
-    return ("vpmaddubsw", "vpmaddwd", "vpsignb") + (("512-bit",) if x86_avx512() else ())
 
 
 def _x86(b: ir.IRBuilder, name: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
@@ -161,14 +155,14 @@ def _scaled(k: _Block, acc: ir.Value, isum: ir.Value, scale: ir.Value) -> ir.Val
     return _vfma(k.b, _f32x8(k.b, isum), k.splat(scale, 8), acc)
 
 
-# One weight block against R rows: each returns the R updated <8 x float> accumulators.
-# `col` is the block's first weight index, `blk` its index in the row.
-
 def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
     """acc + (<64 x u8> u times <64 x i8> s, fours summed): <16 x i32>, exact here (no sum nears 2^31)."""
     i32x16 = _vec(_I32, 16)
     return _x86(b, "llvm.x86.avx512.vpdpbusd.512", i32x16, acc, b.bitcast(u, i32x16), b.bitcast(s, i32x16))
 
+
+# One weight block against R rows: each returns the R updated <8 x float> accumulators.
+# `col` is the block's first weight index, `blk` its index in the row.
 
 def _halves(b: ir.IRBuilder, wide: ir.Value) -> tuple[ir.Value, ir.Value]:
     """The low and high <8 x i32> halves of a 512-bit <16 x i32> sum."""
