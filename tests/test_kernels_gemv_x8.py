@@ -120,7 +120,6 @@ def test_the_vnni_forms_give_the_two_step_forms_bits(tmp_path: Path, monkeypatch
     for t in (T.Q4_K, T.Q5_K, T.Q6_K):
         for n_out, n_in in ((64, 256), (96, 2048), (128, 512)):  # runs of 8+ rows at 1 thread
             data[f"w{t.name}-{n_out}-{n_in}"] = _matrix(rng, t, n_out, n_in)[0]
-    for t in (T.Q4_K, T.Q5_K, T.Q6_K):
         data[f"w{t.name}-136-512"] = _extreme_k(t, 136, 512)
     for n_in in (256, 512, 2048):
         data[f"x{n_in}"] = (rng.standard_normal((3, n_in)) * 4).astype(np.float32)

@@ -36,7 +36,7 @@ from numba.extending import intrinsic
 from ..quants.formats import Q4_K, Q5_K
 from .intdot import (
     INT_GEOMETRY,
-    _dpbusd,
+    _fours_scaled,
     _prefetch,
     _x86,
     activation_rows,
@@ -95,17 +95,13 @@ def _widen(b: ir.IRBuilder, v: ir.Value, idx: list[int]) -> ir.Value:
 
 def _group_dp(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, x_lo: ir.Value, x_hi: ir.Value, sc: ir.Value,
               g: int) -> ir.Value:
-    """Sub-blocks 2g (lo) and 2g + 1 (hi) of rows 2t and 2t+1 times their scales, <16 x i32>:
-    each sub-block's sums of four in one `vpdpbusd` (|sum| < 2^14, so an i16 holds it), the
-    two sub-blocks' sums of lane l joined as two i16 in dword l, and one `vpmaddwd` by the
-    scale pair. Lane l gets the same integer as two `vpmaddubsw`/`vpmaddwd` steps."""
-    zero = ir.Constant(_vec(_I32, 16), [0] * 16)
-    p_lo = b.bitcast(_dpbusd(b, zero, lo, x_lo), _vec(_I16, 32))
-    p_hi = b.bitcast(_dpbusd(b, zero, hi, x_hi), _vec(_I16, 32))
-    pairs = [c for i in range(16) for c in (2 * i, 32 + 2 * i)]  # dword l: (lo's sum l, hi's sum l)
-    joined = b.shuffle_vector(p_lo, p_hi, ir.Constant(_vec(_I32, 32), pairs))
-    w = _widen(b, sc, [8 * (i // 16) + 2 * g + i % 2 for i in range(32)])
-    return _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), joined, w)
+    """Sub-blocks 2g (lo) and 2g + 1 (hi) of rows 2t and 2t+1 times their scales, <16 x i32>
+    (`intdot._fours_scaled`): dword l holds lane l's two sums of four, one per sub-block, and meets
+    the pair (scale 2g, scale 2g + 1) of its row. Lane l gets the same integer as two
+    `vpmaddubsw`/`vpmaddwd` steps."""
+    pairs = [c for i in range(16) for c in (2 * i, 32 + 2 * i)]
+    scales = _widen(b, sc, [8 * (i // 16) + 2 * g + i % 2 for i in range(32)])
+    return _fours_scaled(b, lo, x_lo, hi, x_hi, pairs, scales)
 
 
 def _pair_k(tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block, xs: list[ir.Value], sums: ir.Value,

@@ -161,6 +161,18 @@ def _dpbusd(b: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Valu
     return _x86(b, "llvm.x86.avx512.vpdpbusd.512", i32x16, acc, b.bitcast(u, i32x16), b.bitcast(s, i32x16))
 
 
+def _fours_scaled(b: ir.IRBuilder, u0: ir.Value, x0: ir.Value, u1: ir.Value, x1: ir.Value, lanes: list[int],
+                  w: ir.Value) -> ir.Value:
+    """The VNNI step of the K-quant passes: the sums of four of u0 · x0 and of u1 · x1 (`vpdpbusd`,
+    <64 x u8> by <64 x i8>; each sum fits an i16, at most 4 x 63 x 127), their low i16 picked into
+    dword pairs by `lanes` (indices into the two results as <32 x i16> each, the second from
+    32), times the i16 scale pairs w in one `vpmaddwd`: <16 x i32>."""
+    zero = ir.Constant(_vec(_I32, 16), [0] * 16)
+    p0, p1 = (b.bitcast(_dpbusd(b, zero, u, x), _vec(_I16, 32)) for u, x in ((u0, x0), (u1, x1)))
+    joined = b.shuffle_vector(p0, p1, ir.Constant(_vec(_I32, 32), lanes))
+    return _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), joined, w)
+
+
 # One weight block against R rows: each returns the R updated <8 x float> accumulators.
 # `col` is the block's first weight index, `blk` its index in the row.
 
@@ -257,17 +269,12 @@ def _superblock_dot(b: ir.IRBuilder, row: _Row, col: ir.Value, vals: list[ir.Val
     come from one `vpdpbusd` and two such registers are joined, a lane's two sums as two i16, for
     one `vpmaddwd` by the scales: the same integers in every form."""
     if len(scales) == 2:
-        zero = ir.Constant(_vec(_I32, 16), [0] * 16)
-        ps = [b.bitcast(_dpbusd(b, zero, vals[g], row.values64(b.add(col, ir.Constant(_I64, 64 * g)))),
-                        _vec(_I16, 32)) for g in range(4)]
-        wide = None
-        for h in range(2):
-            # i16 m: dword d = m // 2 takes lane d % 8 + 8 (m % 2) of register 2h + d // 8
-            idx = [32 * ((m // 2) // 8) + 2 * ((m // 2) % 8 + 8 * (m % 2)) for m in range(32)]
-            joined = b.shuffle_vector(ps[2 * h], ps[2 * h + 1], ir.Constant(_vec(_I32, 32), idx))
-            part = _x86(b, "llvm.x86.avx512.pmaddw.d.512", _vec(_I32, 16), joined, scales[h])
-            wide = part if wide is None else b.add(wide, part)
-        return b.add(*_halves(b, wide))
+        xs = [row.values64(b.add(col, ir.Constant(_I64, 64 * g))) for g in range(4)]
+        # i16 m: dword d = m // 2 takes lane d % 8 + 8 (m % 2) of register 2h + d // 8
+        lanes = [32 * ((m // 2) // 8) + 2 * ((m // 2) % 8 + 8 * (m % 2)) for m in range(32)]
+        halves = [_fours_scaled(b, vals[2 * h], xs[2 * h], vals[2 * h + 1], xs[2 * h + 1], lanes, scales[h])
+                  for h in range(2)]
+        return b.add(*_halves(b, b.add(*halves)))
     if len(vals) == 4:
         wide = None
         for g in range(4):
