@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from clover_runtime.kernels import jit
-from clover_runtime.kernels.gdn_inputs import conv_heads
+from clover_runtime.kernels.gdn_inputs import causal_conv, conv_heads
 
 
 def _reference(u: np.ndarray, ring: np.ndarray, taps: np.ndarray, nk: int, dk: int, nv: int,
@@ -62,3 +62,40 @@ def test_conv_heads_refuses_inconsistent_shapes() -> None:
     u = np.zeros((4, 10), np.float32)
     with pytest.raises(ValueError):
         conv_heads(u, np.zeros((3, 10), np.float32), np.zeros((10, 4), np.float32), 2, 4, 1)
+
+
+def _numpy_passes(ring: np.ndarray, u: np.ndarray, taps: np.ndarray) -> np.ndarray:
+    """The conv as float32 numpy passes: tap 0's products, then each later tap's products added."""
+    n = u.shape[0]
+    xx = np.concatenate([ring, u])
+    out = xx[:n] * taps[:, 0]
+    for j in range(1, taps.shape[1]):
+        out = out + xx[j:j + n] * taps[:, j]
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 37, 512])
+def test_causal_conv_rounds_as_numpys_passes(n: int, threads: int) -> None:
+    """The prefill conv (`causal_conv`, parallel over rows) gives the float32 numpy passes' bits
+    (a fused multiply-add would round differently: a prompt's last row must come out as the
+    few-row path's neighbours expect, see `engine.gdn.conv_heads`), the float64 formula within
+    round-off, and the new ring exactly."""
+    rng = np.random.default_rng(n + 11 * threads)
+    C, K = 1000, 4
+    u = rng.standard_normal((n, C)).astype(np.float32) * 2
+    ring = rng.standard_normal((K - 1, C)).astype(np.float32)
+    taps = rng.standard_normal((C, K)).astype(np.float32) * 0.5
+    before = jit.current_threads()
+    jit.set_threads(threads)
+    try:
+        x, new_ring = causal_conv(ring, u, taps)
+    finally:
+        jit.set_threads(before)
+    np.testing.assert_array_equal(x, _numpy_passes(ring, u, taps))
+    xx = np.concatenate([ring, u]).astype(np.float64)
+    want = sum(xx[j:j + n] * taps[:, j].astype(np.float64) for j in range(K))
+    np.testing.assert_allclose(x, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(new_ring, np.concatenate([ring, u])[-(K - 1):])
+    with pytest.raises(ValueError):
+        causal_conv(ring[:2], u, taps)

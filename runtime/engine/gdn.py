@@ -18,7 +18,7 @@ import numpy as np
 from ..model_config import ModelConfig
 from .align import segments
 from .layers import DeltaNetLayer
-from .ops import l2_norm, rms_norm, sigmoid, silu, softplus
+from .ops import compiled, l2_norm, rms_norm, sigmoid, silu, softplus
 from .state import SequenceState
 from .weights import Weights
 
@@ -58,10 +58,15 @@ def project(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray) -> Pr
 
 
 def conv(ring: np.ndarray, u: np.ndarray, taps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depthwise causal conv over [ring; u] (tap kernel-1 multiplies the current row), before SiLU.
+    """Depthwise causal conv over [ring; u] (tap kernel-1 multiplies the current row), before SiLU:
+    each tap's product rounded, then added, tap by tap (these numpy passes, or where numba
+    imports the compiled `gdn_inputs.causal_conv`, which rounds the same).
 
     Returns the conv output (n, conv_dim) and the new ring (the last kernel-1 pre-conv rows).
     """
+    kernels = compiled("gdn_inputs")
+    if kernels is not None:
+        return kernels.causal_conv(ring, u, taps)
     kernel = taps.shape[1]
     n = u.shape[0]
     xx = np.concatenate([ring, u], axis=0)
@@ -209,7 +214,7 @@ def _causal(w: Weights, cfg: ModelConfig, L: DeltaNetLayer, h: np.ndarray, state
         return _fused(w, cfg, L, h, state, s_out)
     pr = project(w, cfg, L, h)
     ring, s = state.gdn(L.index)
-    x, new_ring = conv(ring, pr.u, L.conv)  # numpy passes: see `conv_heads`
+    x, new_ring = conv(ring, pr.u, L.conv)  # rounded as numpy's passes: see `conv_heads`
     q, k, v = split_heads(cfg, silu(x))
     o, s_new = delta_rule(w, q, k, v, pr.beta, pr.g, s, s_out, pos0)
     return output(cfg, L, o, pr.z), new_ring, s_new

@@ -105,5 +105,43 @@ def conv_heads(u: np.ndarray, ring: np.ndarray, taps: np.ndarray, k_heads: int, 
     v = np.empty((n, v_heads, v_dim), np.float32)
     fn = _inputs_parallel if parallel_pays(n * C) and n > 1 else _inputs_serial
     fn(u, ring, tk, rt, k_heads, k_dim, q, k, v)
-    xx = u[n - (K - 1):] if n >= K - 1 else np.concatenate([ring, u])[n:]
-    return q, k, v, np.array(xx, np.float32)
+    return q, k, v, _new_ring(ring, u)
+
+
+@njit(parallel=True, cache=True)
+def _conv_rounded(u, ring, tk, out):
+    """No fastmath: each tap's product is rounded, then added, tap by tap, as numpy's passes do."""
+    R = tk.shape[0] - 1
+    for t in prange(u.shape[0]):
+        o = out[t]
+        for j in range(tk.shape[0]):
+            src = ring[t + j] if t + j < R else u[t + j - R]
+            tj = tk[j]
+            if j == 0:
+                for c in range(o.shape[0]):
+                    o[c] = src[c] * tj[c]
+            else:
+                for c in range(o.shape[0]):
+                    o[c] += src[c] * tj[c]
+
+
+def causal_conv(ring: np.ndarray, u: np.ndarray, taps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`engine.gdn.conv` (a causal prefill's depthwise conv over [ring; u], before SiLU, and the
+    new ring) in one compiled call over the rows, in parallel, with numpy's rounding: the same
+    bits as its passes (tests/test_kernels_gdn_inputs.py), which ran on one thread (~9 ms a
+    real-shape GDN layer in a 512-row prefill)."""
+    u = np.ascontiguousarray(u, np.float32)
+    ring = np.ascontiguousarray(ring, np.float32)
+    n, C = u.shape
+    K = taps.shape[1]
+    if ring.shape != (K - 1, C) or taps.shape[0] != C:
+        raise ValueError(f"inconsistent GDN conv shapes u{u.shape} ring{ring.shape} taps{taps.shape}")
+    out = np.empty((n, C), np.float32)
+    _conv_rounded(u, ring, np.ascontiguousarray(taps.T, np.float32), out)
+    return out, _new_ring(ring, u)
+
+
+def _new_ring(ring: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The last kernel - 1 rows of [ring; u]: the next call's ring."""
+    n, R = u.shape[0], ring.shape[0]
+    return np.array(u[n - R:] if n >= R else np.concatenate([ring, u])[n:], np.float32)
