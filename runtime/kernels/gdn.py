@@ -16,6 +16,7 @@ import numpy as np
 
 from .act import silu_inplace
 from .jit import njit, prange
+from .state_rows import chunk_sums, chunk_update
 
 CHUNK = 32
 
@@ -34,6 +35,7 @@ def _gdn(q, k, v, g, beta, S, o, chunk, offset):
         G = np.empty(chunk, np.float64)
         A = np.empty((chunk, chunk), np.float32)
         B = np.empty((chunk, chunk), np.float32)
+        W = np.empty((chunk, dk), np.float32)  # the chunk's rows' weights in the state update
         t0 = 0
         while t0 < T:
             n = min(chunk - (t0 + offset) % chunk, T - t0)  # chunks end at multiples in absolute positions
@@ -44,16 +46,14 @@ def _gdn(q, k, v, g, beta, S, o, chunk, offset):
                 for a in range(dk):
                     Kc[i, a] = k[t0 + i, kh, a]
                     Qc[i, a] = q[t0 + i, kh, a]
-            # S0ᵀk_i and S0ᵀq_i
-            for i in range(n):
-                U[i, :] = 0.0
-                QS[i, :] = 0.0
-                for a in range(dk):
-                    ka, qa = Kc[i, a], Qc[i, a]
-                    row = St[a]
-                    for c in range(dv):
-                        U[i, c] += ka * row[c]
-                        QS[i, c] += qa * row[c]
+            # S0ᵀk_i and S0ᵀq_i, four rows a pass over S0
+            i = 0
+            while n - i >= 4:
+                chunk_sums(4, St, Kc, Qc, i, U, QS)
+                i += 4
+            while i < n:
+                chunk_sums(1, St, Kc, Qc, i, U, QS)
+                i += 1
             # decayed key-key and query-key products (lower triangle)
             for i in range(n):
                 for j in range(i + 1):
@@ -91,14 +91,11 @@ def _gdn(q, k, v, g, beta, S, o, chunk, offset):
             for j in range(n):
                 G[j] = np.exp(g_end - G[j])
             total = np.float32(np.exp(g_end))
-            for a in range(dk):
-                row = St[a]
-                for c in range(dv):
-                    row[c] *= total
-                for j in range(n):
-                    w = np.float32(G[j]) * Kc[j, a]
-                    for c in range(dv):
-                        row[c] += w * U[j, c]
+            for j in range(n):
+                gj = np.float32(G[j])
+                for a in range(dk):
+                    W[j, a] = gj * Kc[j, a]
+            chunk_update(St, total, W, U, n)
             t0 += n
 
 
