@@ -16,7 +16,7 @@ import numpy as np
 
 from .act import silu_inplace
 from .jit import njit, prange
-from .state_rows import chunk_sums, chunk_update
+from .state_rows import ROWS, chunk_sums, chunk_update
 
 CHUNK = 32
 
@@ -46,11 +46,11 @@ def _gdn(q, k, v, g, beta, S, o, chunk, offset):
                 for a in range(dk):
                     Kc[i, a] = k[t0 + i, kh, a]
                     Qc[i, a] = q[t0 + i, kh, a]
-            # S0ᵀk_i and S0ᵀq_i, four rows a pass over S0
+            # S0ᵀk_i and S0ᵀq_i, ROWS rows a pass over S0
             i = 0
-            while n - i >= 4:
-                chunk_sums(4, St, Kc, Qc, i, U, QS)
-                i += 4
+            while n - i >= ROWS:
+                chunk_sums(ROWS, St, Kc, Qc, i, U, QS)
+                i += ROWS
             while i < n:
                 chunk_sums(1, St, Kc, Qc, i, U, QS)
                 i += 1

@@ -44,6 +44,12 @@ def _vfma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     return b.call(cgutils.get_or_insert_function(b.module, fnty, f"llvm.fma.v{n}f32"), [x, y, z])
 
 
+def splat(b: ir.IRBuilder, v: ir.Value, n: int = LANES) -> ir.Value:
+    """The scalar v in all n lanes of a vector."""
+    one = b.insert_element(ir.Constant(_vec(v.type, 1), None), v, ir.Constant(_I32, 0))
+    return b.shuffle_vector(one, one, ir.Constant(_vec(_I32, n), [0] * n))
+
+
 class _Block:
     """IR helpers bound to one block: byte loads at constant offsets from its start pointer."""
 
@@ -68,8 +74,7 @@ class _Block:
         return ir.Constant(_vec(t, len(values)), list(values))
 
     def splat(self, v: ir.Value, n: int = LANES) -> ir.Value:
-        one = self.b.insert_element(ir.Constant(_vec(v.type, 1), None), v, ir.Constant(_I32, 0))
-        return self.b.shuffle_vector(one, one, ir.Constant(_vec(_I32, n), [0] * n))
+        return splat(self.b, v, n)
 
     def shuffle(self, v: ir.Value, idx: list[int]) -> ir.Value:
         return self.b.shuffle_vector(v, v, ir.Constant(_vec(_I32, len(idx)), idx))

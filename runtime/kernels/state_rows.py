@@ -19,16 +19,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .simd import LANES, _literal, _vec, _vfma
+from .simd import _F32, _I64, LANES, _literal, _vec, _vfma, splat
 
-_I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 _GROUPS = ((LANES, 2), (LANES, 1), (1, 1))  # (lanes a vector, vectors): 32 columns, then 16, then 1
 ROWS = 4  # chunk rows a `chunk_sums` call takes at most
-
-
-def _splat(b: ir.IRBuilder, x: ir.Value, n: int) -> ir.Value:
-    one = b.insert_element(ir.Constant(_vec(_F32, 1), None), x, ir.Constant(_I32, 0))
-    return b.shuffle_vector(one, one, ir.Constant(_vec(_I32, n), [0] * n))
 
 
 def _at(b: ir.IRBuilder, base: ir.Value, index: ir.Value, lanes: int) -> ir.Value:
@@ -79,8 +73,8 @@ def chunk_sums(typingctx, r, S, K, Q, i0, U, QS):
                                     lanes), align=4) for j in range(count)]
                 for i, row in zip(rows, slots, strict=True):
                     at = b.add(b.mul(i, depth), a)
-                    ki = _splat(b, b.load(b.gep(k_a.data, [at])), lanes)
-                    qi = _splat(b, b.load(b.gep(q_a.data, [at])), lanes)
+                    ki = splat(b, b.load(b.gep(k_a.data, [at])), lanes)
+                    qi = splat(b, b.load(b.gep(q_a.data, [at])), lanes)
                     for j, v in enumerate(state):
                         b.store(_vfma(b, ki, v, b.load(row[j])), row[j])
                         b.store(_vfma(b, qi, v, b.load(row[count + j])), row[count + j])
@@ -112,7 +106,7 @@ def chunk_update(typingctx, S, total, W, U, n):
 
         def body(c0, lanes, count):
             vty = _vec(_F32, lanes)
-            total_v = _splat(b, decay, lanes)
+            total_v = splat(b, decay, lanes)
             with cgutils.for_range(b, depth) as outer:
                 a = outer.index
                 cols = [b.add(b.mul(a, width), b.add(c0, ir.Constant(_I64, j * lanes))) for j in range(count)]
@@ -121,7 +115,7 @@ def chunk_update(typingctx, S, total, W, U, n):
                     b.store(b.fmul(b.load(_at(b, s_a.data, col, lanes), align=4), total_v), s)
                 with cgutils.for_range(b, rows) as inner:
                     j = inner.index
-                    wj = _splat(b, b.load(b.gep(w_a.data, [b.add(b.mul(j, depth), a)])), lanes)
+                    wj = splat(b, b.load(b.gep(w_a.data, [b.add(b.mul(j, depth), a)])), lanes)
                     for k, s in enumerate(slots):
                         at = b.add(b.mul(j, width), b.add(c0, ir.Constant(_I64, k * lanes)))
                         b.store(_vfma(b, wj, b.load(_at(b, u_a.data, at, lanes), align=4), b.load(s)), s)
