@@ -40,10 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _tokens(n: int, seed: int) -> list[int]:
+def _tokens(n: int, seed: int, vocab: int) -> list[int]:
+    """n token ids drawn from 1000-100K (ordinary text's range in a 248K vocabulary), or from
+    the upper half of a smaller file's vocabulary."""
     import numpy as np
 
-    return np.random.default_rng(seed).integers(1000, 100_000, size=n).tolist()
+    low, high = (1000, 100_000) if vocab > 100_000 else (vocab // 2, vocab)
+    return np.random.default_rng(seed).integers(low, high, size=n).tolist()
 
 
 class _PeakRss:
@@ -75,30 +78,32 @@ def _clover(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, backe
     from clover_runtime.loader import load_model
 
     model = load_model(path, n_threads=threads, backend=backend, exact_kernels=exact)
+    vocab = model.n_vocab
     n_ctx = depth + max(n_prompt, n_gen) + 8
     deep = model.new_state(n_ctx)
     if depth:
-        model.forward(_tokens(depth, 4), deep, last_only=True)
+        model.forward(_tokens(depth, 4, vocab), deep, last_only=True)
     snapshot = deep.copy()
 
     def pp() -> float:
         state = model.new_state(n_ctx)
         t0 = time.perf_counter()
-        model.forward(_tokens(n_prompt, 1), state, last_only=True)
+        model.forward(_tokens(n_prompt, 1, vocab), state, last_only=True)
         return time.perf_counter() - t0
 
     def tg() -> float:
         model.restore(deep, snapshot)
-        toks = _tokens(n_gen, 2)
+        toks = _tokens(n_gen, 2, vocab)
         t0 = time.perf_counter()
         for tok in toks:
             model.forward([tok], deep, last_only=True)
         return time.perf_counter() - t0
 
-    def warm() -> None:
-        model.forward(_tokens(32, 3), model.new_state(40), last_only=True)
+    def tg_warm() -> None:
+        model.restore(deep, snapshot)
+        model.forward(_tokens(1, 2, vocab), deep, last_only=True)
 
-    return _measure(pp, tg, n_prompt, n_gen, reps, warm)
+    return _measure(pp, tg, tg_warm, n_prompt, n_gen, reps)
 
 
 def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_bufts: bool,
@@ -119,34 +124,42 @@ def _llama(path: str, threads: int, n_prompt: int, n_gen: int, reps: int, extra_
         llama_module.llama_cpp.llama_model_default_params = params
     llm = Llama(model_path=path, n_ctx=depth + max(n_prompt, n_gen) + 8, n_batch=n_prompt, n_ubatch=n_prompt,
                 n_threads=threads, n_threads_batch=threads, verbose=False)
+    vocab = llm.n_vocab()
 
     def pp() -> float:
         llm.reset()
         t0 = time.perf_counter()
-        llm.eval(_tokens(n_prompt, 1))
+        llm.eval(_tokens(n_prompt, 1, vocab))
         return time.perf_counter() - t0
 
     def tg() -> float:
         llm.reset()
         if depth:
-            llm.eval(_tokens(depth, 4))
-        toks = _tokens(n_gen, 2)
+            llm.eval(_tokens(depth, 4, vocab))
+        toks = _tokens(n_gen, 2, vocab)
         t0 = time.perf_counter()
         for tok in toks:
             llm.eval([tok])
         return time.perf_counter() - t0
 
-    def warm() -> None:
+    def tg_warm() -> None:
         llm.reset()
-        llm.eval(_tokens(32, 3))
+        if depth:
+            llm.eval(_tokens(depth, 4, vocab))
+        llm.eval(_tokens(1, 2, vocab))
 
-    return _measure(pp, tg, n_prompt, n_gen, reps, warm)
+    return _measure(pp, tg, tg_warm, n_prompt, n_gen, reps)
 
 
-def _measure(pp, tg, n_prompt: int, n_gen: int, reps: int, warm) -> dict:
-    warm()
+def _measure(pp, tg, tg_warm, n_prompt: int, n_gen: int, reps: int) -> dict:
+    """llama-bench's order: an untimed prompt run before the pp repetitions and an untimed
+    one-token generation before the tg ones. Without them the first repetition of each test paid
+    for loading its compiled kernels (~0.15 s in a 3 s tg128: one repetition in two ran ~5 %
+    slow, enough to halve or double a two-depth slope)."""
+    pp()
     pp_s = [pp() for _ in range(reps)]
     with _PeakRss() as rss:
+        tg_warm()
         tg_s = [tg() for _ in range(reps)]
     return {"pp_ts": [n_prompt / s for s in pp_s], "tg_ts": [n_gen / s for s in tg_s], "peak_rss": rss.peak}
 
@@ -376,12 +389,14 @@ def _report(args: argparse.Namespace, files: dict, runs: dict, llama: str | None
             if not c:
                 print(f"| {quant} | {layers or path.name} | {threads} | failed | | | | | | |")
                 continue
-            cpp, ctg = statistics.median(_pool(c, "pp_ts")), statistics.median(_pool(c, "tg_ts"))
-            lpp = statistics.median(_pool(ll, "pp_ts")) if ll else float("nan")
-            ltg = statistics.median(_pool(ll, "tg_ts")) if ll else float("nan")
+            cells = []
+            for key in ("pp_ts", "tg_ts"):
+                mine = statistics.median(_pool(c, key))
+                theirs = statistics.median(_pool(ll, key)) if ll else None
+                cells += [f"{mine:.2f}", "-", "-"] if theirs is None else [f"{mine:.2f}", f"{theirs:.2f}",
+                                                                          f"**{mine / theirs:.2f}x**"]
             rss = max(r["peak_rss"] for r in c) / 2**20
-            print(f"| {quant} | {layers or path.name} | {threads} | {cpp:.2f} | {lpp:.2f} | **{cpp / lpp:.2f}x** | "
-                  f"{ctg:.2f} | {ltg:.2f} | **{ctg / ltg:.2f}x** | {rss:.0f} MiB |")
+            print(f"| {quant} | {layers or path.name} | {threads} | {' | '.join(cells)} | {rss:.0f} MiB |")
     depths = sorted({layers for _, layers in files})
     if len(depths) < 2 or llama is None:
         return
