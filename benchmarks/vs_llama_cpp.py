@@ -5,7 +5,10 @@ The files (hidden 2048, 256 experts x 512, top-8, the real GDN/attention layout,
 architecture `qwen35moe` so both engines read them) are written by the synthetic generator on
 first use. A 4-layer file is dominated by the 248K-row head, so one depth hides the layers: the
 time per token at L layers is a + b*L, b is the time per layer from the two depths, and the full
-model's time is a + 40b.
+model's time is a + 40b. Each round runs every file with both engines, and the slope is taken
+within a round (its two depths minutes apart), so a machine whose speed drifts between rounds
+moves both depths together; the table gives the medians over the rounds and the range of the
+per-round ratios, which says how far one run can be trusted.
 
 llama.cpp runs as users run it: `llama-bench` with its defaults (weights repacked for the SIMD
 width, `repack 1`), found with `--llama-bench PATH`, `$LLAMA_BENCH` or on PATH; without it the
@@ -325,6 +328,19 @@ def extrapolate(ms_by_layers: dict[int, float], full: int = 40) -> tuple[float, 
     return per_layer, t0 + (full - l0) * per_layer
 
 
+def paired_rounds(by_depth: dict[int, list[dict]], key: str, full: int = 40) -> dict[int, tuple[float, float]]:
+    """round -> (ms per layer, ms per token of the `full`-layer model) from that round's runs
+    alone (the median of its repetitions at each depth), for the rounds that ran at every depth.
+    A round's depths run minutes apart, not a round apart: on a shared machine whose speed drifts,
+    a slope within a round is steadier than one between medians pooled over all rounds."""
+    rounds = set.intersection(*({r["round"] for r in rs} for rs in by_depth.values()))
+    out = {}
+    for i in sorted(rounds):
+        ms = {d: _ms_per_token(next(r for r in rs if r["round"] == i)[key]) for d, rs in by_depth.items()}
+        out[i] = extrapolate(ms, full)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", "-t", type=int, nargs="+", default=[2])
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"pp{args.p} / {tg_name}, threads {args.threads}, {args.rounds} rounds x {args.r} repetitions "
           f"(medians); llama.cpp: {where}\n")
     runs: dict[tuple[str, int, int, str], list[dict]] = {}
-    for _ in range(args.rounds):
+    for i in range(args.rounds):
         for (quant, layers), path in files.items():
             for threads in args.threads:
                 engines = ["clover"] + ([llama] if llama else [])
@@ -371,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
                     else:
                         r = _run_worker("clover" if engine == "clover" else "llama", args, path, threads)
                     if r is not None:
+                        r["round"] = i
                         runs.setdefault((quant, layers, threads, engine), []).append(r)
     _report(args, files, runs, llama, tg_name)
 
@@ -401,24 +418,37 @@ def _report(args: argparse.Namespace, files: dict, runs: dict, llama: str | None
     if len(depths) < 2 or llama is None:
         return
     full = args.full_layers
-    print(f"\nper layer (from {depths[0]} and {depths[-1]} layers) and the {full}-layer model extrapolated:\n")
+    print(f"\nper layer (from {depths[0]} and {depths[-1]} layers, within each round) and the {full}-layer model "
+          f"extrapolated; medians over the rounds, the ratios' range in brackets:\n")
     print(f"| quant | threads | test | clover ms/layer | llama.cpp ms/layer | ratio | clover {full}L t/s | "
           f"llama.cpp {full}L t/s | ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     for quant in args.quant:
         for threads in args.threads:
             for test, key in ((f"pp{args.p}", "pp_ts"), (tg_name, "tg_ts")):  # ms per (prompt) token
-                ms = {}
+                per = {}
                 for engine in ("clover", llama):
                     rs = {d: runs.get((quant, d, threads, engine)) for d in depths}
-                    if not all(rs.values()):
-                        break
-                    ms[engine] = extrapolate({d: _ms_per_token(_pool(r, key)) for d, r in rs.items()}, full)
-                if len(ms) < 2:
+                    if all(rs.values()):
+                        per[engine] = paired_rounds(rs, key, full)
+                both = sorted(set(per.get("clover", {})) & set(per.get(llama, {})))
+                if not both:
                     continue
-                (cl, cf), (ll, lf) = ms["clover"], ms[llama]
-                print(f"| {quant} | {threads} | {test} | {cl:.3f} | {ll:.3f} | **{ll / cl:.2f}x** | "
-                      f"{1e3 / cf:.2f} | {1e3 / lf:.2f} | **{lf / cf:.2f}x** |")
+                c, ll = per["clover"], per[llama]
+                layer = [ll[i][0] / c[i][0] for i in both if c[i][0] > 0 and ll[i][0] > 0]
+                whole = [ll[i][1] / c[i][1] for i in both]
+                print(f"| {quant} | {threads} | {test} | {statistics.median(c[i][0] for i in both):.3f} | "
+                      f"{statistics.median(ll[i][0] for i in both):.3f} | {_ratio(layer)} | "
+                      f"{statistics.median(1e3 / c[i][1] for i in both):.2f} | "
+                      f"{statistics.median(1e3 / ll[i][1] for i in both):.2f} | {_ratio(whole)} |")
+
+
+def _ratio(rs: list[float]) -> str:
+    """The median ratio in bold and, over several rounds, their range."""
+    if not rs:
+        return "no slope"
+    spread = f" ({min(rs):.2f}-{max(rs):.2f})" if len(rs) > 1 else ""
+    return f"**{statistics.median(rs):.2f}x**{spread}"
 
 
 def _prepared(model: Path, llama: str | None) -> Path:

@@ -48,6 +48,21 @@ def test_the_full_model_is_extrapolated_from_the_shallowest_and_deepest_files() 
     assert got_layer == pytest.approx(per_layer) and got_full == pytest.approx(head + 40 * per_layer)
 
 
+def test_slopes_are_taken_within_each_round() -> None:
+    """Round 1 runs 30 % slower at both depths (a drifting machine): each round's own slope and
+    extrapolation come back, not a slope between depths measured in different rounds."""
+    def run(round_: int, ms: float) -> dict:
+        return {"round": round_, "tg_ts": [1e3 / ms, 1e3 / ms]}
+
+    head, layer = 10.0, 1.5
+    by_depth = {d: [run(i, (head + layer * d) * (1.3 if i == 1 else 1.0)) for i in (0, 1)] for d in (4, 8)}
+    by_depth[8].append(run(2, 99.0))  # a round that ran one depth only has no slope
+    got = _script().paired_rounds(by_depth, "tg_ts", full=40)
+    assert sorted(got) == [0, 1]
+    for i, f in ((0, 1.0), (1, 1.3)):
+        assert got[i][0] == pytest.approx(layer * f) and got[i][1] == pytest.approx((head + 40 * layer) * f)
+
+
 def test_the_script_reports_clovers_rows_without_llama_cpp(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "LLAMA_BENCH"}
     env["PATH"] = str(tmp_path)  # no llama-bench on it
