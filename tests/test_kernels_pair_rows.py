@@ -1,5 +1,5 @@
-"""The many-row Q8_0/Q4_0 pass (`kernels.pair_rows`: two weight rows a 512-bit register) gives
-every activation row the bits of a one-row product, on both of its integer forms (`vpdpbusd`
+"""The many-row Q8_0/Q4_0/Q4_K/Q5_K pass (`kernels.pair_rows`: two weight rows a 512-bit register)
+gives every activation row the bits of a one-row product, on both of its integer forms (`vpdpbusd`
 on AVX-512 VNNI hosts, sign-flipped `vpmaddubsw` elsewhere), so a verified commit still equals
 AR's steps. Its agreement with an independent formulation is tests/test_kernels_int.py's.
 
@@ -19,8 +19,10 @@ from clover_runtime.quants import quantize
 from gguf.constants import GGMLQuantizationType as T
 from novnni_form import novnni_products
 
-TYPES = (T.Q8_0, T.Q4_0)
-SHAPES = ((37, 96), (40, 512), (9, 32), (64, 128))  # (out, in): odd and even row counts, 1 to 16 blocks
+TYPES = (T.Q8_0, T.Q4_0, T.Q4_K, T.Q5_K)
+# (out, in): odd and even row counts, 1 to 16 blocks of 32, 1 to 3 blocks of 256
+SHAPES = {T.Q8_0: ((37, 96), (40, 512), (9, 32), (64, 128)), T.Q4_0: ((37, 96), (40, 512), (9, 32), (64, 128)),
+          T.Q4_K: ((37, 256), (40, 512), (9, 768), (6, 256)), T.Q5_K: ((37, 256), (40, 512), (9, 768), (6, 256))}
 ROWS = (2, 5, 13, 32)
 N_EXPERT = 4
 
@@ -35,13 +37,13 @@ def _extreme_q8_0(rng: np.random.Generator, n_out: int, n_in: int) -> np.ndarray
 def _inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
     data: dict[str, np.ndarray] = {}
     for t in TYPES:
-        for n_out, n_in in SHAPES:
+        for n_out, n_in in SHAPES[t]:
             w = rng.standard_normal((n_out, n_in)) * rng.uniform(0.01, 1, (n_out, 1))
             data[f"w{t.name}-{n_out}-{n_in}"] = quantize(w.astype(np.float32), t).reshape(-1)
             e = rng.standard_normal((N_EXPERT, n_out, n_in)) * rng.uniform(0.01, 1, (N_EXPERT, n_out, 1))
             data[f"e{t.name}-{n_out}-{n_in}"] = quantize(e.astype(np.float32), t).reshape(-1)
     data["extreme"] = _extreme_q8_0(rng, 40, 512)
-    for n_in in sorted({s[1] for s in SHAPES}):
+    for n_in in sorted({n_in for t in TYPES for _, n_in in SHAPES[t]}):
         for n in ROWS:
             x = rng.standard_normal((n, n_in)) * rng.uniform(0.1, 3, (n, 1))
             x[:, 5] *= 40
@@ -53,7 +55,7 @@ def _inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
 def _products(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for t in TYPES:
-        for n_out, n_in in SHAPES:
+        for n_out, n_in in SHAPES[t]:
             for n in ROWS:
                 x, ids = data[f"x{n}-{n_in}"], data[f"ids{n}-{n_in}"]
                 out[f"{t.name}-{n_out}-{n_in}-{n}"] = matmul(data[f"w{t.name}-{n_out}-{n_in}"], t, n_out, n_in, x)
@@ -69,7 +71,7 @@ def test_many_rows_give_each_row_the_one_row_bits() -> None:
     many = _products(data)
     checked = 0
     for t in TYPES:
-        for n_out, n_in in SHAPES:
+        for n_out, n_in in SHAPES[t]:
             for n in ROWS:
                 x, ids = data[f"x{n}-{n_in}"], data[f"ids{n}-{n_in}"]
                 w, e = data[f"w{t.name}-{n_out}-{n_in}"], data[f"e{t.name}-{n_out}-{n_in}"]
@@ -83,7 +85,7 @@ def test_many_rows_give_each_row_the_one_row_bits() -> None:
         x = data[f"x{n}-512"]
         one = np.concatenate([matmul(data["extreme"], T.Q8_0, 40, 512, x[i:i + 1]) for i in range(n)])
         np.testing.assert_array_equal(many[f"extreme-{n}"], one, err_msg=f"bytes of -128, {n} rows")
-    assert checked == 2 * len(TYPES) * len(SHAPES) * len(ROWS)
+    assert checked == 2 * sum(len(SHAPES[t]) for t in TYPES) * len(ROWS)
 
 
 def test_the_extreme_bytes_are_the_products_of_their_values() -> None:

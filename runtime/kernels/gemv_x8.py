@@ -141,6 +141,20 @@ def _pair_k(tv: int, b: ir.IRBuilder, k0: _Block, k1: _Block, xs: list[ir.Value]
 X8_TYPES = (Q4_K, Q5_K)
 
 
+def row_block(b: ir.IRBuilder, row, blk: ir.Value) -> tuple[list[ir.Value], ir.Value, ir.Value]:
+    """What `_pair_k` takes of an activation row's block blk: its eight 32-value parts each
+    repeated in both halves of a register, its sums of 16 likewise, its scale four times."""
+    col = b.mul(blk, ir.Constant(_I64, 256))
+    xs = []
+    for j in range(8):
+        x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
+        xs.append(_join(b, x, x))
+    sums = row.sums(b.mul(blk, ir.Constant(_I64, 16)))
+    dx = row.scale(blk)
+    dx4 = _lanes(b, b.insert_element(ir.Constant(_vec(_F32, 1), None), dx, ir.Constant(_I32, 0)), [0] * 4)
+    return xs, _join(b, sums, sums), dx4
+
+
 def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[ir.Value], rb_v: ir.Value,
            nb_v: ir.Value, end_v: ir.Value, then_v: ir.Value, size_v: ir.Value, row) -> list[ir.Value]:
     """Eight rows of type tv (byte offsets `starts`, `rb_v` bytes apart) dotted with one activation
@@ -163,7 +177,6 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
     lead = b.mul(group, ahead)
     with cgutils.for_range(b, nb_v) as loop:
         blk = loop.index
-        col = b.mul(blk, ir.Constant(_I64, 256))
         blocks = [_Block(b, b.gep(raw_data, [b.add(p0, b.mul(blk, ir.Constant(_I64, tsize)))])) for p0 in starts]
         nxt = b.add(b.add(starts[0], lead), b.mul(blk, ir.Constant(_I64, ROWS * tsize)))
         span = ir.Constant(_I64, ROWS * tsize)
@@ -175,14 +188,7 @@ def _pairs(context, b: ir.IRBuilder, tv: int, raw_data: ir.Value, starts: list[i
         with b.if_then(b.or_(inside, onward)):
             for line in range(0, ROWS * tsize, 64):
                 _prefetch(b, b.gep(raw_data, [b.add(at, ir.Constant(_I64, line))]), 2)
-        xs = []
-        for j in range(8):
-            x = row.values(b.add(col, ir.Constant(_I64, 32 * j)))
-            xs.append(_join(b, x, x))
-        sums = row.sums(b.mul(blk, ir.Constant(_I64, 16)))
-        sums = _join(b, sums, sums)
-        dx = row.scale(blk)
-        dx4 = _lanes(b, b.insert_element(ir.Constant(_vec(_F32, 1), None), dx, ir.Constant(_I32, 0)), [0] * 4)
+        xs, sums, dx4 = row_block(b, row, blk)
         for t in range(ROWS // 2):
             acc = _pair_k(tv, b, blocks[2 * t], blocks[2 * t + 1], xs, sums, dx4, b.load(slots[t]))
             b.store(acc, slots[t])

@@ -9,7 +9,7 @@ grouped-MoE call: the integer dot products beat decoding to float32 and sgemm at
 size measured (benchmarks/RESULTS.md). At one thread, an expert with one activation row (every
 product of a decode step) walks its weight rows eight at a time instead (`gemv_x8`; the caller
 decides, `Matrices._x8`), and Q8_0/Q4_0 weight rows meet two or more activation rows four at a
-time, two a register (`pair_rows`), with the same bits.
+time, Q4_K/Q5_K rows two at a time, two a register (`pair_rows`), with the same bits.
 """
 
 from __future__ import annotations
@@ -110,10 +110,10 @@ def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, star
                         yg[d, o0 + j] = v[j]
                     o0 += ROWS
             if pairs and rend - rt >= 2:  # many activation rows (a block): two weight rows a register
-                while o1 - o0 >= 4:
-                    _weight_rows(t, 4, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0, rt, rend,
+                while o1 - o0 >= pairs:
+                    _weight_rows(t, pairs, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0, rt, rend,
                                  o0, dest, yg)
-                    o0 += 4
+                    o0 += pairs
             for o in range(o0, o1):
                 _one_weight_row(t, raw, e * expert_bytes + o * rb, n_blocks, xq, xd, xs, s0, rt, rend, o, dest, yg)
 
@@ -123,27 +123,27 @@ _P = {"parallel": True, "cache": True}
 
 @njit(**_P)
 def _int_q4_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_0, True, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q4_0, 4, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q8_0(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q8_0, True, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q8_0, 4, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q4_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q4_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q4_K, 2, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q5_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q5_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q5_K, 2, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 @njit(**_P)
 def _int_q6_k(x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg):
-    _igrouped(Q6_K, False, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
+    _igrouped(Q6_K, 0, x8, raw, nb, ts, eb, xq, xd, xs, st, ie, r0, r1, dest, yg)
 
 
 INT_KERNELS = {Q4_0: _int_q4_0, Q8_0: _int_q8_0, Q4_K: _int_q4_k, Q5_K: _int_q5_k, Q6_K: _int_q6_k}

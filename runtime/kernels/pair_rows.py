@@ -1,4 +1,4 @@
-"""The many-row kernel of the 32-value formats: two weight rows a 512-bit register against R rows.
+"""The many-row kernel: two weight rows a 512-bit register against R activation rows.
 
 A block's preview or commit multiplies 32 activation rows by every weight row. Done a weight row
 at a time (`intdot.row_sums`), a Q8_0 or Q4_0 pair of blocks costs ~14 instructions per
@@ -17,8 +17,16 @@ conversion, one fma by d x dx per block and lane, in block order, then the same 
 per row, eight rows at a time) are the same operations on the same values. `tests/test_kernels_pair_rows.py` checks it
 bit for bit against the one-row pass on both integer forms.
 
-Q8_0 and Q4_0 on AVX-512BW hosts have this form; other types and hosts get two `row_sums`
-passes, so callers need not ask.
+Q4_K and Q5_K take the eight-row decode pass's step (`gemv_x8._pair_k`: two rows' sub-blocks a
+register, their scales widened once, the float steps on sixteen lanes) once per activation row on
+the same two blocks, so a block's nibbles, scales and minimums are unpacked once for all R rows
+and every float step serves two weight rows; its bits are the decode pass's, which are
+`idot_rows`'s. Two weight rows, not four: their unpacked block fills 13 registers. On the Zen 4
+VM the LLVM code has a third fewer instructions per weight row than `idot_rows` with eight rows,
+and pp512 on the 8-layer real-shape files takes 0.92-0.94x the time (benchmarks/RESULTS.md).
+
+Q8_0, Q4_0, Q4_K and Q5_K on AVX-512BW hosts have this form; other types and hosts get two
+`row_sums` passes, so callers need not ask.
 """
 
 from __future__ import annotations
@@ -29,19 +37,35 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q8_0
-from .gemv_x8 import _join, _lanes
-from .intdot import INT_GEOMETRY, _dpbusd, _prefetch, _w32, _x86, activation_rows, row_sums, vnni, x86_avx512
+from .gemv_x8 import X8_TYPES, _join, _lanes, _pair_k, fused_form, row_block
+from .intdot import (
+    INT_GEOMETRY,
+    PREFETCH_BYTES,
+    _dpbusd,
+    _prefetch,
+    _w32,
+    _x86,
+    activation_rows,
+    row_sums,
+    vnni,
+    x86_avx512,
+)
 from .simd import _Block, _i64, _literal, _vec, _vfma
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
-PAIR_TYPES = (Q8_0, Q4_0)
-PAIR_WEIGHT_ROWS = (4,)  # weight rows per pass, two a register (the rest take the one-row pass)
+PAIR_TYPES = (Q8_0, Q4_0, *X8_TYPES)
+# Weight rows per pass, two a register (the rest take the one-row pass): four of Q8_0/Q4_0, two of
+# Q4_K/Q5_K, whose unpacked block (two rows' values, scales and minimums) fills 13 of the 32
+# registers where eight activation rows' accumulators need eight more.
+PAIR_WEIGHT_ROWS = (4, 2)
 PAIR_ROWS = (8, 4, 2)  # activation rows per pass (a single row keeps the one-row or eight-row pass)
 
 
 def pair_form(t: int) -> bool:
     """Whether type t has the two-rows-a-register form on this host (else two one-row passes)."""
+    if t in X8_TYPES:
+        return fused_form(t)
     return t in PAIR_TYPES and x86_avx512()
 
 
@@ -123,6 +147,31 @@ def _pair_pass(b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, rb_v:
     return out
 
 
+def _k_pair_pass(b: ir.IRBuilder, tv: int, raw_data: ir.Value, p0: ir.Value, rb_v: ir.Value, nb_v: ir.Value,
+                 rows: list) -> list[ir.Value]:
+    """Q4_K/Q5_K weight rows at bytes p0 and p0 + rb_v against each of `rows`: the eight-row
+    decode pass's step (`gemv_x8._pair_k`) once per activation row on the same two blocks, whose
+    unpacking LLVM computes once (the same pure operations on the same loads)."""
+    tsize = INT_GEOMETRY[tv][0]
+    f16 = _vec(_F32, 16)
+    slots = [cgutils.alloca_once(b, f16) for _ in rows]
+    for s in slots:
+        b.store(ir.Constant(f16, [0.0] * 16), s)
+    with cgutils.for_range(b, nb_v) as loop:
+        blk = loop.index
+        off = b.mul(blk, ir.Constant(_I64, tsize))
+        ptrs = [b.gep(raw_data, [b.add(p, off)]) for p in (p0, b.add(p0, rb_v))]
+        for ptr in ptrs:
+            for line in range(0, tsize, 64):
+                _prefetch(b, b.gep(ptr, [ir.Constant(_I64, PREFETCH_BYTES + line)]), 2)
+        k0, k1 = (_Block(b, ptr) for ptr in ptrs)
+        for row, slot in zip(rows, slots, strict=True):
+            xs, sums, dx4 = row_block(b, row, blk)
+            b.store(_pair_k(tv, b, k0, k1, xs, sums, dx4, b.load(slot)), slot)
+    lo, hi = _reduce_halves(b, [b.load(s) for s in slots])
+    return lo + hi
+
+
 def _two(b: ir.IRBuilder, x: ir.Value, y: ir.Value, first: list[int], second: list[int]) -> ir.Value:
     """The sum of two shuffles of x and y (lanes 16 and up name y's)."""
     return b.fadd(b.shuffle_vector(x, y, ir.Constant(_vec(_I32, 16), first)),
@@ -156,7 +205,7 @@ def _reduce_halves(b: ir.IRBuilder, accs: list[ir.Value]) -> tuple[list[ir.Value
 
 @intrinsic
 def idot_pair(typingctx, t, w, r, raw, p0, row_bytes, n_blocks, xq, xd, xs, x_row0):
-    """`w` (4) consecutive weight rows, the first at byte p0 of raw, each `row_bytes` long
+    """`w` (4 of Q8_0/Q4_0, 2 of Q4_K/Q5_K) consecutive weight rows, the first at byte p0 of raw, each `row_bytes` long
     (`n_blocks` blocks of type `t`), dotted with the 8-bit activation rows x_row0 .. x_row0 + r - 1:
     w x r float32, weight row by weight row, each with the bits `idot_rows` gives it."""
     tv, nw, nr = _literal(t), _literal(w), _literal(r)
@@ -168,7 +217,10 @@ def idot_pair(typingctx, t, w, r, raw, p0, row_bytes, n_blocks, xq, xd, xs, x_ro
         raw_a = context.make_array(signature.args[3])(context, b, args[3])
         p0_v, rb_v, nb_v, r0_v = (_i64(context, b, args[i], signature.args[i]) for i in (4, 5, 6, 10))
         rows = activation_rows(context, b, signature, args, 7, r0_v, nr)
-        if pair_form(tv):
+        if pair_form(tv) and tv in X8_TYPES:
+            sums = [v for j in range(0, nw, 2) for v in _k_pair_pass(
+                b, tv, raw_a.data, b.add(p0_v, b.mul(rb_v, ir.Constant(_I64, j))), rb_v, nb_v, rows)]
+        elif pair_form(tv):
             sums = _pair_pass(b, tv, raw_a.data, p0_v, rb_v, nb_v, nw, rows)
         else:
             ps = [b.add(p0_v, b.mul(rb_v, ir.Constant(_I64, j))) for j in range(nw)]
