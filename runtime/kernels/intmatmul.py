@@ -109,7 +109,8 @@ def _igrouped(t, pairs, x8, raw, n_blocks, tsize, expert_bytes, xq, xd, xs, star
                     for j in range(ROWS):
                         yg[d, o0 + j] = v[j]
                     o0 += ROWS
-            if pairs and rend - rt >= 2:  # many activation rows (a block): two weight rows a register
+            # many activation rows (a block): `pairs` weight rows a pass, two a register (0: none)
+            if pairs and rend - rt >= 2:
                 while o1 - o0 >= pairs:
                     _weight_rows(t, pairs, raw, e * expert_bytes + o0 * rb, rb, n_blocks, xq, xd, xs, s0, rt, rend,
                                  o0, dest, yg)

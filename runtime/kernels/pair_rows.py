@@ -25,8 +25,8 @@ and every float step serves two weight rows; its bits are the decode pass's, whi
 VM the LLVM code has a third fewer instructions per weight row than `idot_rows` with eight rows,
 and pp512 on the 8-layer real-shape files takes 0.92-0.94x the time (benchmarks/RESULTS.md).
 
-Q8_0, Q4_0, Q4_K and Q5_K on AVX-512BW hosts have this form; other types and hosts get two
-`row_sums` passes, so callers need not ask.
+Q8_0, Q4_0, Q4_K and Q5_K on AVX-512BW hosts have this form; other types and hosts get a
+`row_sums` pass per weight row, so callers need not ask.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..quants.formats import Q4_0, Q8_0
-from .gemv_x8 import X8_TYPES, _join, _lanes, _pair_k, fused_form, row_block
+from .gemv_x8 import X8_TYPES, _join, _lanes, _pair_k, row_block
 from .intdot import (
     INT_GEOMETRY,
     PREFETCH_BYTES,
@@ -64,8 +64,6 @@ PAIR_ROWS = (8, 4, 2)  # activation rows per pass (a single row keeps the one-ro
 
 def pair_form(t: int) -> bool:
     """Whether type t has the two-rows-a-register form on this host (else two one-row passes)."""
-    if t in X8_TYPES:
-        return fused_form(t)
     return t in PAIR_TYPES and x86_avx512()
 
 
